@@ -1,0 +1,52 @@
+# ReclaimNet — `make demo` runs the product, `make test` passes the whole suite. Both set themselves up.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST := $(VENV)/bin/pytest
+TEST_DATABASE_URL ?= postgres://reclaimnet@127.0.0.1:5432/reclaimnet
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+export RECLAIMNET_TESTING_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) RECLAIMNET_TESTING=1
+
+.PHONY: help venv services demo test test-unit lint clean
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo   - set up and run the portal on the embedded default (SQLite, in-process scheduler, simulated agents)"
+	@echo "make test   - set up and run the whole suite against PostgreSQL and Redis"
+	@echo "other targets: lint bench bench-net e2e test-browser evaluate clean"
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+services:
+	@bash scripts/services.sh
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+demo: venv
+	@bash scripts/demo.sh
+
+# The whole suite: lint, then every test against real PostgreSQL and Redis (kernel and browser tests included;
+# the browser tests run in their own pytest process, see STACK.md gotcha 4).
+test: venv services
+	@if [ -x scripts/install_kernel_deps.sh ]; then bash scripts/install_kernel_deps.sh; fi
+	@if [ -x scripts/install_browser_deps.sh ]; then bash scripts/install_browser_deps.sh; fi
+	$(VENV)/bin/ruff check .
+	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser" --ignore=tests/browser
+	@if [ -d tests/browser ]; then $(MAKE) --no-print-directory test-browser; fi
+
+# Everything but the kernel, end-to-end and browser tests: a quick loop while editing.
+test-unit: venv services
+	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser and not net and not e2e" --ignore=tests/browser
+
+clean:
+	rm -rf $(VENV) staticfiles .demo reports db.sqlite3
+
+-include mk/*.mk

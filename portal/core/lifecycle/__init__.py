@@ -1,0 +1,5 @@
+"""State machines: the only code that moves a job's or a node's state (CONVENTIONS "Statuses")."""
+
+from portal.core.lifecycle.base import ConcurrentTransition, InvalidTransition
+
+__all__ = ["ConcurrentTransition", "InvalidTransition"]

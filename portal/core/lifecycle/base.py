@@ -1,0 +1,56 @@
+"""A small, explicit state-machine helper shared by the job and node lifecycles.
+
+A transition is applied with a conditional ``UPDATE … WHERE state = <from>`` so that two workers racing on
+the same row cannot both move it: the loser gets :class:`ConcurrentTransition` and nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import models
+
+
+class InvalidTransition(Exception):
+    """The requested transition is not in the state machine; nothing was changed."""
+
+    def __init__(self, machine: str, current: str, target: str) -> None:
+        super().__init__(f"{machine}: cannot go from {current!r} to {target!r}")
+        self.machine = machine
+        self.current = current
+        self.target = target
+
+
+class ConcurrentTransition(Exception):
+    """The row's state changed under us (another worker moved it first); nothing was changed."""
+
+
+def apply_transition(
+    machine: str,
+    allowed: Mapping[str, frozenset[str]],
+    obj: models.Model,
+    target: str,
+    extra_fields: Mapping[str, Any] | None = None,
+) -> None:
+    """Move ``obj.state`` to ``target`` if ``allowed`` permits it, atomically with ``extra_fields``.
+
+    1. Refuse (``InvalidTransition``) if ``target`` is not reachable from the in-memory state.
+    2. ``UPDATE … SET state=target, extra… WHERE pk=… AND state=<in-memory state>``.
+    3. If no row matched, another writer got there first: raise ``ConcurrentTransition``.
+    4. Only then mirror the new values onto ``obj``.
+    """
+    current = obj.state  # type: ignore[attr-defined]
+    if target not in allowed.get(current, frozenset()):
+        raise InvalidTransition(machine, current, target)
+    values = {"state": target, **(extra_fields or {})}
+    updated = type(obj)._default_manager.filter(pk=obj.pk, state=current).update(**values)
+    if updated != 1:
+        raise ConcurrentTransition(f"{machine} {obj.pk}: state is no longer {current!r}")
+    for field, value in values.items():
+        setattr(obj, field, value)
+
+
+def reachable(allowed: Mapping[str, frozenset[str]], current: str, target: str) -> bool:
+    """Whether ``target`` is one step from ``current``."""
+    return target in allowed.get(current, frozenset())

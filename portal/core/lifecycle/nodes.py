@@ -1,0 +1,79 @@
+"""The node lifecycle (SPEC §1): a lent node can be taken back at any moment.
+
+```
+registered ──agent connects──▶ online ⇄ offline (heartbeat lost / back)
+online ──scheduled reclaim──▶ draining ──drained or deadline──▶ reclaimed
+online | draining | offline ──emergency reclaim or kill-switch──▶ reclaimed
+reclaimed ──provider lends again──▶ offline (until its agent says hello) ──▶ online
+any ──▶ retired
+```
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+
+from portal.core.lifecycle.base import apply_transition
+
+if TYPE_CHECKING:
+    from portal.core.models import Node
+
+
+class NodeState(models.TextChoices):
+    REGISTERED = "registered", "registered"
+    ONLINE = "online", "online"
+    OFFLINE = "offline", "offline"
+    DRAINING = "draining", "draining"
+    RECLAIMED = "reclaimed", "reclaimed"
+    RETIRED = "retired", "retired"
+
+
+ALLOWED: dict[str, frozenset[str]] = {
+    NodeState.REGISTERED: frozenset({NodeState.ONLINE, NodeState.RETIRED, NodeState.RECLAIMED}),
+    NodeState.ONLINE: frozenset({NodeState.OFFLINE, NodeState.DRAINING, NodeState.RECLAIMED, NodeState.RETIRED}),
+    NodeState.OFFLINE: frozenset({NodeState.ONLINE, NodeState.RECLAIMED, NodeState.RETIRED}),
+    NodeState.DRAINING: frozenset({NodeState.RECLAIMED, NodeState.RETIRED}),
+    NodeState.RECLAIMED: frozenset({NodeState.OFFLINE, NodeState.RETIRED}),
+    NodeState.RETIRED: frozenset(),
+}
+
+LENDABLE = frozenset({NodeState.ONLINE})
+
+
+def _move(node: Node, target: str, **extra: Any) -> None:
+    apply_transition("node", ALLOWED, node, target, extra)
+
+
+def come_online(node: Node) -> None:
+    """Its agent connected (or a heartbeat came back)."""
+    _move(node, NodeState.ONLINE)
+
+
+def go_offline(node: Node) -> None:
+    """Heartbeat lost for longer than the timeout."""
+    _move(node, NodeState.OFFLINE)
+
+
+def start_draining(node: Node) -> None:
+    """A scheduled reclaim: warn → drain → force (seed 001)."""
+    _move(node, NodeState.DRAINING)
+
+
+def reclaim(node: Node) -> None:
+    """The provider has the node back (drained, deadline reached, emergency or kill-switch)."""
+    _move(node, NodeState.RECLAIMED)
+
+
+def lend_again(node: Node) -> None:
+    """The provider lends the node again; it is offline until its agent says hello."""
+    _move(node, NodeState.OFFLINE, killswitch_engaged=False)
+
+
+def retire(node: Node) -> None:
+    _move(node, NodeState.RETIRED)
+
+
+def can(node: Node, target: str) -> bool:
+    return target in ALLOWED.get(node.state, frozenset())

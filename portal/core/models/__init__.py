@@ -1,0 +1,35 @@
+"""The campus data model (SPEC §1), split by resource."""
+
+from portal.core.models.accounts import Provider, ResearchGroup
+from portal.core.models.campus import Building, Link, Switch
+from portal.core.models.jobs import Checkpoint, Job, Placement, PriorityClass
+from portal.core.models.logs import AuditLog, DecisionLog
+from portal.core.models.nodes import Gpu, LendingWindow, Node
+from portal.core.models.reclaims import Migration, MigrationMode, ReclaimEvent, ReclaimKind, ReclaimOutcome
+from portal.core.models.telemetry import BandwidthSample, HazardEstimate, HazardScope, LinkEstimate
+
+__all__ = [
+    "AuditLog",
+    "BandwidthSample",
+    "Building",
+    "Checkpoint",
+    "DecisionLog",
+    "Gpu",
+    "HazardEstimate",
+    "HazardScope",
+    "Job",
+    "LendingWindow",
+    "Link",
+    "LinkEstimate",
+    "Migration",
+    "MigrationMode",
+    "Node",
+    "Placement",
+    "PriorityClass",
+    "Provider",
+    "ReclaimEvent",
+    "ReclaimKind",
+    "ReclaimOutcome",
+    "ResearchGroup",
+    "Switch",
+]

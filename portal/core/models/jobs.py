@@ -1,0 +1,107 @@
+"""Researchers' training jobs, where they ran and the checkpoints they wrote (SPEC §1)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from portal.core.lifecycle.jobs import JobState
+from portal.core.models.accounts import ResearchGroup
+from portal.core.models.nodes import Node
+
+
+class PriorityClass(models.TextChoices):
+    """Borrowed capacity is always reclaimable; the class orders placement among borrowers only."""
+
+    INTERACTIVE = "interactive", "interactive"
+    STANDARD = "standard", "standard"
+    BEST_EFFORT = "best_effort", "best effort"
+
+
+class Job(models.Model):
+    name = models.CharField(max_length=120)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    group = models.ForeignKey(ResearchGroup, on_delete=models.PROTECT, related_name="jobs")
+    command = models.CharField(max_length=2000, blank=True, default="")
+    image = models.CharField(max_length=300, blank=True, default="")
+    gpu_count = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(16)])
+    vram_gb_per_gpu = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(1024)])
+    min_capability = models.DecimalField(max_digits=4, decimal_places=1, default=0)
+    framework = models.CharField(max_length=64, blank=True, default="")
+    expected_runtime_s = models.FloatField(validators=[MinValueValidator(1)])
+    ckpt_bytes_estimate = models.BigIntegerField(validators=[MinValueValidator(1)])
+    loss_budget_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(1)])
+    priority_class = models.CharField(max_length=16, choices=PriorityClass.choices, default=PriorityClass.STANDARD)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    failure_reason = models.CharField(max_length=500, blank=True, default="")
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    progress_step = models.BigIntegerField(default=0)
+    work_done_s = models.FloatField(default=0.0)
+    # P1's current decision for the job (the why lives in the decision log).
+    checkpoint_interval_s = models.FloatField(null=True, blank=True)
+    checkpoint_bandwidth_bytes_per_s = models.FloatField(null=True, blank=True)
+    loss_budget_at_risk = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(command="", image=""), name="job_has_command_or_image"
+            ),
+        ]
+        indexes = [models.Index(fields=["state"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+
+class Placement(models.Model):
+    """One stretch of a job on one node (a gang job's GPUs are all on that node)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="placements")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="placements")
+    gpu_indices = models.JSONField(default=list)
+    started_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "started_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job"], condition=models.Q(ended_at__isnull=True), name="one_open_placement_per_job"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on {self.node.name}"
+
+
+class Checkpoint(models.Model):
+    """A completed checkpoint and what it was taken against (seed 004: only valid on compatible nodes)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    sequence = models.PositiveIntegerField()
+    node = models.ForeignKey(Node, null=True, on_delete=models.SET_NULL, related_name="checkpoints_written")
+    step = models.BigIntegerField(default=0)
+    size_bytes = models.BigIntegerField(validators=[MinValueValidator(1)])
+    sha256 = models.CharField(max_length=64)
+    taken_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    replica_nodes = models.ManyToManyField(Node, related_name="checkpoint_replicas", blank=True)
+    gpu_model = models.CharField(max_length=64, blank=True, default="")
+    compute_capability = models.DecimalField(max_digits=4, decimal_places=1, null=True, blank=True)
+    driver_version = models.CharField(max_length=32, blank=True, default="")
+    cuda_version = models.CharField(max_length=16, blank=True, default="")
+    framework = models.CharField(max_length=64, blank=True, default="")
+    framework_version = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "sequence"]
+        constraints = [models.UniqueConstraint(fields=["job", "sequence"], name="checkpoint_sequence_unique")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} ckpt #{self.sequence}"

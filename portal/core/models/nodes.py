@@ -1,0 +1,91 @@
+"""GPU nodes lent by providers, their GPUs and lending windows (SPEC §1)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from portal.core.lifecycle.nodes import NodeState
+from portal.core.models.accounts import Provider
+from portal.core.models.campus import Building, Link
+
+AGENT_TOKEN_PREFIX_LEN = 8
+
+
+def hash_agent_token(token: str) -> str:
+    """Agent tokens are stored only as a SHA-256 digest (they are 256-bit random, so no salt/KDF is needed)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_agent_token() -> str:
+    return "rna_" + secrets.token_urlsafe(32)
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="nodes")
+    building = models.ForeignKey(Building, on_delete=models.PROTECT, related_name="nodes")
+    access_link = models.OneToOneField(Link, null=True, blank=True, on_delete=models.SET_NULL, related_name="node")
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.REGISTERED)
+    agent_token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    agent_token_prefix = models.CharField(max_length=AGENT_TOKEN_PREFIX_LEN + 4, editable=False)
+    agent_token_revoked = models.BooleanField(default=False)
+    gpu_floor = models.PositiveSmallIntegerField(default=0, help_text="GPUs the provider never lends")
+    killswitch_engaged = models.BooleanField(default=False)
+    enforcement_backend = models.CharField(max_length=32, blank=True, default="")
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def set_agent_token(self, token: str) -> None:
+        self.agent_token_hash = hash_agent_token(token)
+        self.agent_token_prefix = token[: AGENT_TOKEN_PREFIX_LEN + 4]
+        self.agent_token_revoked = False
+
+    def check_agent_token(self, token: str) -> bool:
+        return not self.agent_token_revoked and secrets.compare_digest(self.agent_token_hash, hash_agent_token(token))
+
+    @property
+    def lendable_gpu_count(self) -> int:
+        return max(0, self.gpus.count() - self.gpu_floor)
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    model = models.CharField(max_length=64)
+    uuid = models.CharField(max_length=64, blank=True, default="")
+    vram_gb = models.FloatField(validators=[MinValueValidator(0.5), MaxValueValidator(1024)])
+    compute_capability = models.DecimalField(max_digits=4, decimal_places=1)
+    driver_version = models.CharField(max_length=32, blank=True, default="")
+    cuda_version = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_index_unique_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index} ({self.model})"
+
+
+class LendingWindow(models.Model):
+    """A weekly window during which the node is lent (e.g. nights and weekends). No window = always lent."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="lending_windows")
+    weekday = models.PositiveSmallIntegerField(validators=[MaxValueValidator(6)], help_text="0 = Monday")
+    start_time = models.TimeField()
+    end_time = models.TimeField(help_text="May be earlier than start_time: the window then runs past midnight")
+
+    class Meta:
+        ordering = ["node", "weekday", "start_time"]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}: day {self.weekday} {self.start_time}–{self.end_time}"

@@ -1,0 +1,52 @@
+"""Measurements feeding the estimators (SPEC §2): bandwidth samples, link and hazard estimates."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from portal.core.models.accounts import Provider
+from portal.core.models.campus import Link
+from portal.core.models.nodes import Node
+
+
+class BandwidthSample(models.Model):
+    """Egress bytes/s on a link over one sampling interval (agents sample counters every 100 ms)."""
+
+    link = models.ForeignKey(Link, on_delete=models.CASCADE, related_name="samples")
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+    sampled_at = models.DateTimeField(db_index=True)
+    bytes_per_s = models.FloatField()
+
+    class Meta:
+        ordering = ["-sampled_at"]
+
+
+class LinkEstimate(models.Model):
+    link = models.OneToOneField(Link, on_delete=models.CASCADE, related_name="estimate")
+    mean_bytes_per_s = models.FloatField()
+    lower_bytes_per_s = models.FloatField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class HazardScope(models.TextChoices):
+    NODE = "node", "node"
+    PROVIDER = "provider", "provider"
+    CAMPUS = "campus", "campus"
+
+
+class HazardEstimate(models.Model):
+    """Emergency-reclaim hazard by hour of day for a node, a provider or the campus."""
+
+    scope = models.CharField(max_length=16, choices=HazardScope.choices)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.CASCADE, related_name="hazard_estimates")
+    provider = models.ForeignKey(Provider, null=True, blank=True, on_delete=models.CASCADE)
+    hour_of_day = models.PositiveSmallIntegerField()
+    hazard_per_s = models.FloatField()
+    hazard_upper_per_s = models.FloatField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["scope", "hour_of_day"]
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "node", "provider", "hour_of_day"], name="hazard_estimate_unique")
+        ]
