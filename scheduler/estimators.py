@@ -1,0 +1,290 @@
+"""Estimators feeding P1/P2 (SPEC §2 "Estimators") and the adaptivity gap (Theorem 2).
+
+Hazard: the emergency-reclaim process of node i is modelled as a non-homogeneous Poisson process with
+intensity λ_i(t) = θ_i · s_g(hour(t)): a per-node level θ_i times an hour-of-day shape s_g of its group
+(building or provider; mean 1 over the day). Over a sliding window the maximum-likelihood level is
+events / shape-weighted exposure. Sparse nodes are shrunk toward their group and groups toward the
+campus (Gamma-Poisson empirical Bayes: `prior_events` pseudo-events at the parent's rate), which also
+makes the upper bound λ⁺ (a Gamma posterior quantile) strictly positive. Drift: per group, a
+likelihood-ratio test for one change point inside the window; if it fires, only data after the change
+is used (a short window), otherwise the long window. The hour-of-day shape is learned only from buckets
+that have left the window (exponentially forgotten), so a level step is never mistaken for a diurnal
+bump of the current hour.
+
+Bandwidth: an EWMA of the 100 ms samples with an exponentially weighted variance; the lower bound is
+mean - z·sd (B⁻ for deadline checks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.special import gammaincinv, ndtri
+
+__all__ = ["BandwidthEstimator", "HazardEstimator", "adaptivity_gap"]
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+
+def _loglik(n: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Maximised Poisson log-likelihood n·log(n/x) - n (0 where n = 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, n * np.log(n / np.maximum(x, 1e-300)) - n, 0.0)
+
+
+class HazardEstimator:
+    """Emergency-reclaim hazard per node from the departure log (SPEC §2 estimators).
+
+    Windows are kept as a ring of `bucket_s` buckets (which must divide an hour), so memory is
+    (window_s / bucket_s) x n_nodes per array and every query is a few vectorised passes over it.
+    """
+
+    def __init__(
+        self,
+        n_nodes: int,
+        group_of: np.ndarray | None = None,
+        window_s: float = 6 * 3600.0,
+        confidence: float = 0.95,
+        prior_per_s: float = 1 / 3600.0,
+        *,
+        bucket_s: float = 300.0,
+        prior_events: float = 2.0,
+        profile_half_life_s: float = 7 * DAY_S,
+        change_threshold: float = 8.0,
+        min_short_s: float = 900.0,
+    ) -> None:
+        if n_nodes < 1:
+            raise ValueError("n_nodes must be >= 1")
+        if bucket_s <= 0 or HOUR_S % bucket_s:
+            raise ValueError("bucket_s must divide 3600")
+        if not 0 < confidence < 1 or prior_per_s <= 0 or prior_events <= 0 or window_s < bucket_s:
+            raise ValueError("need 0 < confidence < 1, prior_per_s > 0, prior_events > 0, window_s >= bucket_s")
+        self.n_nodes = n_nodes
+        g = np.zeros(n_nodes, dtype=np.int64) if group_of is None else np.asarray(group_of)
+        _, self.group = np.unique(g, return_inverse=True)
+        self.n_groups = int(self.group.max()) + 1
+        self._onehot = csr_matrix(
+            (np.ones(n_nodes), (np.arange(n_nodes), self.group)), shape=(n_nodes, self.n_groups)
+        )
+        self.window_s = float(window_s)
+        self.bucket_s = float(bucket_s)
+        self.confidence = float(confidence)
+        self.prior_per_s = float(prior_per_s)
+        self.prior_events = float(prior_events)
+        self.profile_tau_s = profile_half_life_s / math.log(2.0)
+        self.change_threshold = float(change_threshold)
+        self.k = math.ceil(window_s / bucket_s)
+        self.min_short_buckets = max(1, math.ceil(min_short_s / bucket_s))
+        self._events = np.zeros((self.k, n_nodes))
+        self._exposure_s = np.zeros((self.k, n_nodes))
+        self._bucket = np.full(self.k, -(2**62), dtype=np.int64)  # absolute bucket id held by each slot
+        self._prof_events = np.zeros((self.n_groups, 24))  # exponentially forgotten, per group and hour
+        self._prof_exposure_s = np.zeros((self.n_groups, 24))
+        self._prof_t_s = -math.inf
+        self._cache: tuple[float, int, dict[str, np.ndarray]] | None = None
+        self._version = 0
+
+    # ------------------------------------------------------------ input
+    def _decay_profile(self, t_s: float) -> None:
+        if t_s > self._prof_t_s:
+            if math.isfinite(self._prof_t_s):
+                f = math.exp(-(t_s - self._prof_t_s) / self.profile_tau_s)
+                self._prof_events *= f
+                self._prof_exposure_s *= f
+            self._prof_t_s = t_s
+
+    def _retire(self, slot: int) -> None:
+        """Move a bucket leaving the window into the hour-of-day profile (kept apart from the level)."""
+        b = int(self._bucket[slot])
+        if b < 0:
+            return
+        end_s = (b + 1) * self.bucket_s
+        self._decay_profile(end_s)
+        f = math.exp(-max(self._prof_t_s - end_s, 0.0) / self.profile_tau_s)
+        hour = int((b * self.bucket_s) // HOUR_S) % 24
+        self._prof_events[:, hour] += f * np.bincount(self.group, self._events[slot], self.n_groups)
+        self._prof_exposure_s[:, hour] += f * np.bincount(self.group, self._exposure_s[slot], self.n_groups)
+
+    def _slot(self, bucket: int) -> int | None:
+        slot = bucket % self.k
+        held = int(self._bucket[slot])
+        if held == bucket:
+            return slot
+        if held > bucket:
+            return None  # older than the window (a late record): dropped
+        self._retire(slot)
+        self._events[slot] = 0.0
+        self._exposure_s[slot] = 0.0
+        self._bucket[slot] = bucket
+        return slot
+
+    def add_exposure(self, t0_s: float, t1_s: float, lent: np.ndarray) -> None:
+        """Nodes lent (bool, or a 0..1 fraction) over [t0, t1) accumulate exposure time."""
+        if not t1_s > t0_s:
+            return
+        lent_f = np.asarray(lent, dtype=float)
+        b0 = math.floor(t0_s / self.bucket_s)
+        b1 = math.ceil(t1_s / self.bucket_s)
+        for b in range(max(b0, b1 - self.k), b1):  # loop over time buckets, never over nodes
+            lo, hi = max(t0_s, b * self.bucket_s), min(t1_s, (b + 1) * self.bucket_s)
+            if hi > lo:
+                slot = self._slot(b)
+                if slot is not None:
+                    self._exposure_s[slot] += lent_f * (hi - lo)
+        self._version += 1
+
+    def record_departure(self, node: int, t_s: float) -> None:
+        """One emergency reclaim of `node` at t_s."""
+        self.record_departures(np.array([node]), t_s)
+
+    def record_departures(self, nodes: np.ndarray, t_s: float) -> None:
+        """Several emergency reclaims at the same instant (vectorised)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        slot = self._slot(math.floor(t_s / self.bucket_s))
+        if slot is not None:
+            np.add.at(self._events[slot], nodes, 1.0)
+        self._version += 1
+
+    # ------------------------------------------------------------ estimates
+    def _shape(self) -> np.ndarray:
+        """Hour-of-day shape per group (G, 24), mean 1, shrunk toward the campus shape and then flat."""
+        m = self.prior_events
+        ce, cx = self._prof_events.sum(axis=0), self._prof_exposure_s.sum(axis=0)
+        flat = (ce.sum() + m) / (cx.sum() + m / self.prior_per_s)
+        campus = (ce + m) / (cx + m / flat)
+        group = (self._prof_events + m) / (self._prof_exposure_s + m / campus[None, :])
+        return group / group.mean(axis=1, keepdims=True)
+
+    def _estimate(self, t_s: float) -> dict[str, np.ndarray]:
+        if self._cache is not None and self._cache[0] == t_s and self._cache[1] == self._version:
+            return self._cache[2]
+        m = self.prior_events
+        shape_g = self._shape()
+        shape_n = shape_g[self.group]  # (n, 24)
+        b_now = math.floor(t_s / self.bucket_s)
+        age = b_now - self._bucket
+        live = (age >= 0) & (age < self.k)
+        order = np.argsort(np.where(live, age, self.k + 1), kind="stable")[: int(live.sum())]
+        hours = ((self._bucket[order] * self.bucket_s) // HOUR_S).astype(np.int64) % 24
+        ev = self._events[order]  # (A, n), newest first
+        exw = self._exposure_s[order] * shape_n[:, hours].T  # shape-weighted exposure
+        a = ev.shape[0]
+        use = np.full(self.n_groups, a)  # buckets used per group (newest first)
+        if a >= 2:
+            ng = np.asarray(self._onehot.T @ ev.T).T  # (A, G)
+            xg = np.asarray(self._onehot.T @ exw.T).T
+            cn, cx = np.cumsum(ng, axis=0), np.cumsum(xg, axis=0)
+            tn, tx = cn[-1], cx[-1]
+            lr = 2.0 * (_loglik(cn[:-1], cx[:-1]) + _loglik(tn - cn[:-1], tx - cx[:-1]) - _loglik(tn, tx))
+            # A newer segment shorter than min_short_s is too noisy to act on (false alarms).
+            lr[: max(self.min_short_buckets - 1, 0)] = -np.inf
+            best = np.argmax(lr, axis=0)
+            fired = lr[best, np.arange(self.n_groups)] > self.change_threshold
+            use = np.where(fired, best + 1, a)
+        in_window = np.arange(a)[:, None] < use[self.group][None, :]  # (A, n)
+        n_i = (ev * in_window).sum(axis=0)
+        x_i = (exw * in_window).sum(axis=0)
+        n_g = np.bincount(self.group, weights=n_i, minlength=self.n_groups)
+        x_g = np.bincount(self.group, weights=x_i, minlength=self.n_groups)
+        theta_c = (n_g.sum() + m) / (x_g.sum() + m / self.prior_per_s)
+        theta_g = (n_g + m) / (x_g + m / theta_c)
+        rate = x_i + m / theta_g[self.group]
+        shape_post = n_i + m
+        level = shape_post / rate
+        upper = gammaincinv(shape_post, self.confidence) / rate
+        out = {
+            "level": level,
+            "upper": upper,
+            "shape": shape_n,
+            "window_s": use[self.group] * self.bucket_s,
+            "events": n_i,
+            "exposure_s": x_i,
+            "group_level": theta_g,
+            "group_shape": shape_g,
+            "campus_level": np.array([theta_c]),
+        }
+        self._cache = (t_s, self._version, out)
+        return out
+
+    def hazard_per_s(self, t_s: float) -> np.ndarray:
+        """Point estimate λ̂_i(t) per node (1/s)."""
+        e = self._estimate(t_s)
+        return e["level"] * e["shape"][:, int(t_s // HOUR_S) % 24]
+
+    def hazard_upper_per_s(self, t_s: float) -> np.ndarray:
+        """Upper confidence bound λ⁺_i(t) per node; > 0 always (prior pseudo-events)."""
+        e = self._estimate(t_s)
+        return e["upper"] * e["shape"][:, int(t_s // HOUR_S) % 24]
+
+    def hourly_profile_per_s(self, t_s: float) -> np.ndarray:
+        """(n_nodes, 24) hourly hazard profile h_d for P2's survival (SPEC §3)."""
+        e = self._estimate(t_s)
+        return e["level"][:, None] * e["shape"]
+
+    def hourly_profile_upper_per_s(self, t_s: float) -> np.ndarray:
+        """(n_nodes, 24) upper-bound profile (λ⁺ level x shape)."""
+        e = self._estimate(t_s)
+        return e["upper"][:, None] * e["shape"]
+
+    def group_hazard_per_s(self, t_s: float) -> np.ndarray:
+        """Point estimate per group (building or provider, as `group_of` was given), at t's hour."""
+        e = self._estimate(t_s)
+        return e["group_level"] * e["group_shape"][:, int(t_s // HOUR_S) % 24]
+
+    def campus_hazard_per_s(self, t_s: float) -> float:
+        """Campus-wide point estimate at t's hour (exposure-weighted hour-of-day shape)."""
+        e = self._estimate(t_s)
+        weights = np.bincount(self.group, minlength=self.n_groups).astype(float)
+        shape = float(np.average(e["group_shape"][:, int(t_s // HOUR_S) % 24], weights=weights))
+        return float(e["campus_level"][0]) * shape
+
+    def window_used_s(self, t_s: float) -> np.ndarray:
+        """Per node, the window the level came from (shorter than window_s after a detected change)."""
+        return self._estimate(t_s)["window_s"].copy()
+
+
+class BandwidthEstimator:
+    """Available bandwidth per link from 100 ms samples: EWMA mean and variance, lower bound B⁻."""
+
+    def __init__(self, n_links: int, half_life_s: float = 10.0, confidence: float = 0.95) -> None:
+        if n_links < 0 or half_life_s <= 0 or not 0.5 <= confidence < 1:
+            raise ValueError("need n_links >= 0, half_life_s > 0, 0.5 <= confidence < 1")
+        self.n_links = n_links
+        self.half_life_s = float(half_life_s)
+        self.z = float(ndtri(confidence))
+        self._mean = np.zeros(n_links)
+        self._var = np.zeros(n_links)
+        self._t_s: float | None = None
+
+    def observe(self, t_s: float, link_bytes_per_s: np.ndarray) -> None:
+        """One sample of every link (bytes/s derived from egress counters over ~100 ms)."""
+        x = np.asarray(link_bytes_per_s, dtype=float)
+        if self._t_s is None:
+            self._mean = x.copy()
+            self._var = np.zeros_like(x)
+        else:
+            dt = max(t_s - self._t_s, 0.0)
+            alpha = 1.0 - 2.0 ** (-dt / self.half_life_s)
+            diff = x - self._mean
+            self._mean = self._mean + alpha * diff
+            self._var = (1.0 - alpha) * (self._var + alpha * diff * diff)
+        self._t_s = t_s
+
+    def mean_bytes_per_s(self) -> np.ndarray:
+        return self._mean.copy()
+
+    def lower_bytes_per_s(self) -> np.ndarray:
+        """B⁻ = max(0, mean - z·sd) (SPEC §2: lower confidence bound for deadline checks)."""
+        return np.maximum(0.0, self._mean - self.z * np.sqrt(self._var))
+
+
+def adaptivity_gap(hazard_per_s: np.ndarray, bandwidth_bytes_per_s: np.ndarray) -> float:
+    """Theorem 2: sqrt(E[λ]·E[1/B_eff]) / E[sqrt(λ/B_eff)] - 1 >= 0; 0 iff λ·B_eff is constant."""
+    lam = np.asarray(hazard_per_s, dtype=float)
+    b = np.asarray(bandwidth_bytes_per_s, dtype=float)
+    w = np.sqrt(lam / b)
+    gap = math.sqrt(float(np.mean(lam)) * float(np.mean(1.0 / b))) / float(np.mean(w)) - 1.0
+    return max(gap, 0.0)  # Cauchy-Schwarz; clip rounding below zero

@@ -1,0 +1,203 @@
+"""P1 — reclaim-aware checkpoint scheduling (SPEC §2).
+
+Lemma 1 (optimal interval), Theorem 1 (cube-root bandwidth split), Lemma 2 (caps by water-filling),
+Eq. 9 (clipped interval, loss budget) and the final-checkpoint test on a scheduled reclaim.
+Everything is vectorised over jobs; several independent budgets (one per bottleneck) are solved in one
+call with `group`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "P1Demand",
+    "P1Jobs",
+    "P1Plan",
+    "allocate_checkpoint_bandwidth",
+    "export_demand",
+    "optimal_interval_s",
+    "plan_checkpoints",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class P1Jobs:
+    """Jobs sharing checkpoint bandwidth (SPEC §2); arrays are indexed like `ids`."""
+
+    ids: tuple[str, ...]
+    hazard_per_s: np.ndarray  # > 0 (the upper confidence bound λ⁺)
+    ckpt_bytes: np.ndarray  # > 0
+    cap_bytes_per_s: np.ndarray  # per-job cap W_i (np.inf = none)
+    loss_budget_s: np.ndarray  # L_max,i (np.inf = none)
+    notice_s: np.ndarray  # τ_i of a pending scheduled reclaim (np.nan = none)
+    restart_s: np.ndarray  # T_r,i (>= 0)
+
+    @classmethod
+    def build(
+        cls,
+        ids: tuple[str, ...],
+        hazard_per_s: np.ndarray,
+        ckpt_bytes: np.ndarray,
+        cap_bytes_per_s: np.ndarray | None = None,
+        loss_budget_s: np.ndarray | None = None,
+        notice_s: np.ndarray | None = None,
+        restart_s: np.ndarray | None = None,
+    ) -> P1Jobs:
+        """Convenience constructor filling the optional arrays with their 'none' values."""
+        n = len(ids)
+
+        def _arr(x: np.ndarray | None, fill: float) -> np.ndarray:
+            return np.full(n, fill) if x is None else np.asarray(x, dtype=float)
+
+        return cls(
+            ids=tuple(ids),
+            hazard_per_s=_arr(hazard_per_s, np.nan),
+            ckpt_bytes=_arr(ckpt_bytes, np.nan),
+            cap_bytes_per_s=_arr(cap_bytes_per_s, np.inf),
+            loss_budget_s=_arr(loss_budget_s, np.inf),
+            notice_s=_arr(notice_s, np.nan),
+            restart_s=_arr(restart_s, 0.0),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class P1Plan:
+    """P1's answer per job (SPEC §2, §5 p1 response)."""
+
+    ids: tuple[str, ...]
+    bandwidth_bytes_per_s: np.ndarray
+    interval_s: np.ndarray
+    final_checkpoint: np.ndarray  # bool
+    loss_budget_at_risk: np.ndarray  # bool
+    expected_cost: float  # Σ λΔ/2 + C/(bΔ)
+
+
+@dataclass(frozen=True, eq=False)
+class P1Demand:
+    """The demand tuple P1 exports to P3 each control period: (job, C_i, b_i, Δ_i, L_max,i) (SPEC §2)."""
+
+    ids: tuple[str, ...]
+    ckpt_bytes: np.ndarray
+    bandwidth_bytes_per_s: np.ndarray
+    interval_s: np.ndarray
+    loss_budget_s: np.ndarray
+
+
+def optimal_interval_s(
+    hazard_per_s: np.ndarray, ckpt_bytes: np.ndarray, bandwidth_bytes_per_s: np.ndarray
+) -> np.ndarray:
+    """Lemma 1: Δ* = sqrt(2C / (λ·B_eff)) (inf where the bandwidth is 0)."""
+    lam = np.asarray(hazard_per_s, dtype=float)
+    c = np.asarray(ckpt_bytes, dtype=float)
+    b = np.asarray(bandwidth_bytes_per_s, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.sqrt(2.0 * c / (lam * b))
+
+
+def allocate_checkpoint_bandwidth(
+    hazard_per_s: np.ndarray,
+    ckpt_bytes: np.ndarray,
+    budget_bytes_per_s: float | np.ndarray,
+    cap_bytes_per_s: np.ndarray | None = None,
+    group: np.ndarray | None = None,
+) -> np.ndarray:
+    """Theorem 1 with Lemma 2's caps: b_i = min(W_i, t·(λ_i C_i)^(1/3)), Σ b_i = budget.
+
+    Lemma 2's "fix the over-cap jobs and re-solve" rounds converge to this water level t; we find t
+    directly by sorting jobs by W_i / (λ_i C_i)^(1/3), which is the same unique optimum in O(K log K).
+    If the caps sum to less than the budget every job gets its cap. With `group` (int codes 0..G-1),
+    `budget_bytes_per_s` is an array of G budgets and each group is solved independently.
+    """
+    lam = np.asarray(hazard_per_s, dtype=float)
+    c = np.asarray(ckpt_bytes, dtype=float)
+    n = lam.shape[0]
+    cap = np.full(n, np.inf) if cap_bytes_per_s is None else np.asarray(cap_bytes_per_s, dtype=float)
+    if group is None:
+        g = np.zeros(n, dtype=np.int64)
+        budgets = np.atleast_1d(np.asarray(budget_bytes_per_s, dtype=float))
+    else:
+        g = np.asarray(group, dtype=np.int64)
+        budgets = np.asarray(budget_bytes_per_s, dtype=float)
+    if n == 0:
+        return np.zeros(0)
+    budgets = np.maximum(budgets, 0.0)
+    w = np.cbrt(lam * c)  # Theorem 1 weights (λ_i C_i)^(1/3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = cap / w  # the water level at which job i hits its cap
+    order = np.lexsort((ratio, g))
+    gs, ws, rs = g[order], w[order], ratio[order]
+    caps_sorted = cap[order]
+    # Group boundaries in the sorted order.
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+    run = np.diff(np.r_[starts, n])
+    start_of = np.repeat(starts, run)
+    # Caps of earlier (lower-ratio) jobs; inf caps only ever sit after the answer, so count them as 0.
+    finite_cap = np.where(np.isfinite(caps_sorted), caps_sorted, 0.0)
+    cum_cap = np.cumsum(finite_cap)
+    cap_before = cum_cap - finite_cap - (cum_cap[start_of] - finite_cap[start_of])
+    cum_w = np.cumsum(ws)
+    group_w = np.add.reduceat(ws, starts)
+    w_from = np.repeat(group_w, run) - (cum_w - ws - (cum_w[start_of] - ws[start_of]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        level = (budgets[gs] - cap_before) / w_from
+    # First job (per group) left uncapped at the level computed assuming all before it are capped.
+    ok = level <= rs
+    level_of_group = np.full(budgets.shape[0], np.inf)  # inf: every job capped
+    first_ok = np.flatnonzero(ok)
+    if first_ok.size:
+        grp_ok = gs[first_ok]
+        uniq, idx = np.unique(grp_ok, return_index=True)
+        level_of_group[uniq] = level[first_ok[idx]]
+    return np.minimum(cap, np.maximum(level_of_group[g], 0.0) * w)
+
+
+def plan_checkpoints(
+    jobs: P1Jobs,
+    budget_bytes_per_s: float | np.ndarray,
+    beta: float = 0.2,
+    group: np.ndarray | None = None,
+) -> P1Plan:
+    """SPEC §2: allocate (Theorem 1/Lemma 2), clip the interval (Eq. 9), decide the final checkpoint.
+
+    Eq. 9: Δ_i = clip(sqrt(2C_i/(λ_i b_i)), C_i/(β b_i), 2·L_max,i); when the lower bound exceeds the
+    upper the lower bound is used and the job is flagged `loss_budget_at_risk`. A final checkpoint is
+    emitted iff C_i/b_i + T_r,i <= τ_i (b_i should already be a lower-confidence bandwidth).
+    """
+    lam, c = jobs.hazard_per_s, jobs.ckpt_bytes
+    b = allocate_checkpoint_bandwidth(lam, c, budget_bytes_per_s, jobs.cap_bytes_per_s, group)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        free = optimal_interval_s(lam, c, b)
+        lower = c / (beta * b)
+        upper = 2.0 * jobs.loss_budget_s
+        at_risk = lower > upper
+        interval = np.where(at_risk, lower, np.minimum(np.maximum(free, lower), upper))
+        final = ~np.isnan(jobs.notice_s) & (c / b + jobs.restart_s <= jobs.notice_s)
+        cost = float(np.sum(lam * interval / 2.0 + c / (b * interval))) if len(jobs.ids) else 0.0
+    return P1Plan(
+        ids=jobs.ids,
+        bandwidth_bytes_per_s=b,
+        interval_s=interval,
+        final_checkpoint=final,
+        loss_budget_at_risk=at_risk,
+        expected_cost=cost,
+    )
+
+
+def aggregate_cost(hazard_per_s: np.ndarray, ckpt_bytes: np.ndarray, bandwidth_bytes_per_s: np.ndarray) -> float:
+    """Theorem 1's objective at the Lemma 1 intervals: Σ sqrt(2 λ_i C_i / b_i)."""
+    with np.errstate(divide="ignore"):
+        return float(np.sum(np.sqrt(2.0 * hazard_per_s * ckpt_bytes / bandwidth_bytes_per_s)))
+
+
+def export_demand(jobs: P1Jobs, plan: P1Plan) -> P1Demand:
+    """The per-period demand P1 hands to P3 (SPEC §2, last bullet)."""
+    return P1Demand(
+        ids=jobs.ids,
+        ckpt_bytes=jobs.ckpt_bytes,
+        bandwidth_bytes_per_s=plan.bandwidth_bytes_per_s,
+        interval_s=plan.interval_s,
+        loss_budget_s=jobs.loss_budget_s,
+    )

@@ -1,0 +1,139 @@
+"""P2 — volatility-aware destination selection (SPEC §3).
+
+Feasibility filter, locality (Lemma 3) with k_min fallback, survival over the remaining runtime from an
+hourly hazard profile, and Score(d) = T_mig(s, d) + alpha·(1 - S_d)·T̄_mig(d). Vectorised over nodes; the
+all-pairs mean T̄_mig comes from `topology.BottleneckIndex` (no nxn matrix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from scheduler.topology import BottleneckIndex, CampusTree
+
+__all__ = ["EXCLUSION_REASONS", "P2Decision", "P2Request", "select_destination", "survival"]
+
+EXCLUSION_REASONS = ("vram", "capability", "compatibility", "busy", "deadline")
+
+
+@dataclass(frozen=True, eq=False)
+class P2Request:
+    """One reclaimed job looking for a destination (SPEC §3); node fields are per node index."""
+
+    tree: CampusTree
+    link_bytes_per_s: np.ndarray  # available bandwidth per link (lower confidence bound)
+    building: np.ndarray  # per node (str/object array or int codes)
+    free_gpus: np.ndarray
+    vram_gb: np.ndarray
+    capability: np.ndarray
+    hazard_per_s_by_hour: np.ndarray  # (n_nodes, 24)
+    compatible: np.ndarray | None  # bool per node: checkpoint-compatible (None = all)
+    source: int
+    ckpt_holder: int
+    ckpt_bytes: float
+    restart_s: float
+    notice_s: float | None  # None (or NaN) = emergency reclaim
+    remaining_s: float
+    gpus: int = 1
+    vram_gb_needed: float = 0
+    min_capability: float = 0
+    alpha: float = 1.0
+    k_min: int = 2
+    now_hour: float = 0.0
+    # Optional per-period index shared by simultaneous reclaims (same tree and link bandwidths).
+    index: BottleneckIndex | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class P2Decision:
+    """P2's answer (SPEC §3, §5 p2 response). Candidate arrays follow `candidate` (ascending index)."""
+
+    destination: int | None  # node index; None = degraded recovery from the freshest checkpoint
+    candidate: np.ndarray  # node indices considered (after locality)
+    transfer_s: np.ndarray  # T_mig(holder, d), includes T_r
+    survival: np.ndarray
+    score: np.ndarray
+    local: np.ndarray  # bool: in the source's building
+    excluded_index: np.ndarray  # node indices that failed a check (the source itself is not listed)
+    excluded_code: np.ndarray  # per excluded node, index into EXCLUSION_REASONS
+
+    @cached_property
+    def excluded(self) -> tuple[tuple[int, str], ...]:
+        """(node index, reason) pairs, built on first use (at 50,000 nodes this is the slow part)."""
+        return tuple(
+            zip(self.excluded_index.tolist(), [EXCLUSION_REASONS[k] for k in self.excluded_code.tolist()], strict=True)
+        )
+
+
+def survival(
+    hazard_per_s_by_hour: np.ndarray, now_hour: float, remaining_s: float
+) -> np.ndarray:
+    """S_d = exp(-∫ h_d(u) du) over [now, now + remaining] with h_d piecewise constant by hour (SPEC §3)."""
+    h = np.asarray(hazard_per_s_by_hour, dtype=float)
+    cum = np.concatenate([np.zeros((h.shape[0], 1)), np.cumsum(h, axis=1) * 3600.0], axis=1)  # (n, 25)
+    day = cum[:, 24]
+
+    def integral_to(t_hour: float) -> np.ndarray:
+        days, rem = divmod(t_hour, 24.0)
+        k = min(int(rem), 23)
+        return days * day + cum[:, k] + (rem - k) * 3600.0 * h[:, k]
+
+    start = float(now_hour) % 24.0
+    return np.exp(-(integral_to(start + remaining_s / 3600.0) - integral_to(start)))
+
+
+def select_destination(req: P2Request) -> P2Decision:
+    """SPEC §3: filter, localise (Lemma 3), score, pick the minimum (ties: smallest node id)."""
+    tree = req.tree
+    n = tree.n_nodes
+    nodes = np.arange(n)
+    index = req.index if req.index is not None else BottleneckIndex.build(tree, req.link_bytes_per_s)
+    # Transfer starts at the freshest replica's holder (the source is gone in an emergency).
+    with np.errstate(divide="ignore"):
+        transfer = req.ckpt_bytes / index.bottleneck_from(req.ckpt_holder, nodes) + req.restart_s
+    vram_ok = req.vram_gb >= req.vram_gb_needed
+    cap_ok = req.capability >= req.min_capability
+    compat_ok = np.ones(n, dtype=bool) if req.compatible is None else np.asarray(req.compatible, dtype=bool)
+    busy_ok = req.free_gpus >= req.gpus
+    scheduled = req.notice_s is not None and not np.isnan(req.notice_s)
+    deadline_ok = transfer <= req.notice_s if scheduled else np.ones(n, dtype=bool)
+    not_source = nodes != req.source
+    checks = (vram_ok, cap_ok, compat_ok, busy_ok, deadline_ok)
+    feasible = not_source & vram_ok & cap_ok & compat_ok & busy_ok & deadline_ok
+    # First failing check names the reason (hardware first, then load, then time).
+    fail = np.stack([~c for c in checks])
+    first = np.argmax(fail, axis=0)
+    bad = not_source & ~feasible
+    building = np.asarray(req.building)
+    local_all = building == building[req.source]
+    d_local = feasible & local_all
+    cand_mask = d_local if int(d_local.sum()) >= req.k_min else feasible
+    cand = np.flatnonzero(cand_mask)
+    # T̄_mig(d): mean T_mig(d, o) over compatible o (VRAM and capability only), o ≠ source, o ≠ d.
+    members = vram_ok & cap_ok & not_source
+    sums = index.inverse_bottleneck_sums(members, cand)
+    count = int(members.sum()) - members[cand].astype(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_bar = np.where(count > 0, req.ckpt_bytes * sums / np.maximum(count, 1) + req.restart_s, 0.0)
+    surv = survival(np.asarray(req.hazard_per_s_by_hour)[cand], req.now_hour, req.remaining_s)
+    score = transfer[cand] + req.alpha * (1.0 - surv) * t_bar
+    destination: int | None = None
+    if cand.size:
+        best = np.flatnonzero(score == score.min())
+        if best.size > 1:
+            ids = np.array([tree.node_ids[i] for i in cand[best]])
+            best = best[np.argsort(ids, kind="stable")]
+        destination = int(cand[best[0]])
+    return P2Decision(
+        destination=destination,
+        candidate=cand,
+        transfer_s=transfer[cand],
+        survival=surv,
+        score=score,
+        local=local_all[cand],
+        excluded_index=np.flatnonzero(bad),
+        excluded_code=first[bad],
+    )
