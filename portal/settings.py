@@ -107,8 +107,8 @@ STORAGES = {
 # --- REST API ---------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -121,7 +121,18 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # NodeState and JobState are both "state": name their enums explicitly (drf-spectacular#68).
+    "ENUM_NAME_OVERRIDES": {
+        "NodeStateEnum": "portal.core.lifecycle.nodes.NodeState",
+        "JobStateEnum": "portal.core.lifecycle.jobs.JobState",
+        "ReclaimKindEnum": "portal.core.models.reclaims.ReclaimKind",
+        "ReclaimOutcomeEnum": "portal.core.models.reclaims.ReclaimOutcome",
+        "MigrationModeEnum": "portal.core.models.reclaims.MigrationMode",
+        "PriorityClassEnum": "portal.core.models.jobs.PriorityClass",
+    },
 }
+# Prometheus scrapers authenticate with "Authorization: Bearer <METRICS_TOKEN>" (staff sessions also work).
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # --- Channels and Celery ------------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import models
 
 
-class InvalidTransition(Exception):
+class InvalidTransition(Exception):  # noqa: N818 (name is the public contract)
     """The requested transition is not in the state machine; nothing was changed."""
 
     def __init__(self, machine: str, current: str, target: str) -> None:
@@ -22,7 +22,7 @@ class InvalidTransition(Exception):
         self.target = target
 
 
-class ConcurrentTransition(Exception):
+class ConcurrentTransition(Exception):  # noqa: N818 (name is the public contract)
     """The row's state changed under us (another worker moved it first); nothing was changed."""
 
 

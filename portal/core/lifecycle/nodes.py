@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
-from portal.core.lifecycle.base import apply_transition
+from portal.core.lifecycle.base import InvalidTransition, apply_transition
 
 if TYPE_CHECKING:
     from portal.core.models import Node
@@ -61,13 +61,24 @@ def start_draining(node: Node) -> None:
     _move(node, NodeState.DRAINING)
 
 
-def reclaim(node: Node) -> None:
-    """The provider has the node back (drained, deadline reached, emergency or kill-switch)."""
-    _move(node, NodeState.RECLAIMED)
+def reclaim(node: Node, *, killswitch: bool = False) -> None:
+    """The provider has the node back (drained, deadline reached, emergency or kill-switch).
+
+    ``killswitch=True`` also engages ``Node.killswitch_engaged`` in the same conditional UPDATE.
+    """
+    if killswitch:
+        _move(node, NodeState.RECLAIMED, killswitch_engaged=True)
+    else:
+        _move(node, NodeState.RECLAIMED)
 
 
 def lend_again(node: Node) -> None:
-    """The provider lends the node again; it is offline until its agent says hello."""
+    """The provider lends the node again; it is offline until its agent says hello.
+
+    Only a reclaimed node can be lent again (the table alone would also let an online node "go offline" here).
+    """
+    if node.state != NodeState.RECLAIMED:
+        raise InvalidTransition("node", node.state, NodeState.OFFLINE)
     _move(node, NodeState.OFFLINE, killswitch_engaged=False)
 
 

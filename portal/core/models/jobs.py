@@ -32,6 +32,9 @@ class Job(models.Model):
     expected_runtime_s = models.FloatField(validators=[MinValueValidator(1)])
     ckpt_bytes_estimate = models.BigIntegerField(validators=[MinValueValidator(1)])
     loss_budget_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(1)])
+    restart_s = models.FloatField(
+        default=30.0, validators=[MinValueValidator(0)], help_text="T_r: seconds to restart from a checkpoint"
+    )
     priority_class = models.CharField(max_length=16, choices=PriorityClass.choices, default=PriorityClass.STANDARD)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
     failure_reason = models.CharField(max_length=500, blank=True, default="")

@@ -88,4 +88,4 @@ class LendingWindow(models.Model):
         ordering = ["node", "weekday", "start_time"]
 
     def __str__(self) -> str:
-        return f"{self.node.name}: day {self.weekday} {self.start_time}–{self.end_time}"
+        return f"{self.node.name}: day {self.weekday} {self.start_time}-{self.end_time}"

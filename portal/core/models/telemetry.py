@@ -20,12 +20,18 @@ class BandwidthSample(models.Model):
     class Meta:
         ordering = ["-sampled_at"]
 
+    def __str__(self) -> str:
+        return f"{self.link_id} at {self.sampled_at:%Y-%m-%d %H:%M:%S}: {self.bytes_per_s:.0f} B/s"
+
 
 class LinkEstimate(models.Model):
     link = models.OneToOneField(Link, on_delete=models.CASCADE, related_name="estimate")
     mean_bytes_per_s = models.FloatField()
     lower_bytes_per_s = models.FloatField()
     updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"estimate for link {self.link_id}"
 
 
 class HazardScope(models.TextChoices):
@@ -50,3 +56,6 @@ class HazardEstimate(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["scope", "node", "provider", "hour_of_day"], name="hazard_estimate_unique")
         ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} hazard at hour {self.hour_of_day}"

@@ -1,0 +1,378 @@
+"""API serializers: input serializers validate every field (400 naming it); output serializers are read-only."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.core.api.fields import FiniteFloatField, StrictCharField, StrictIntegerField
+from portal.core.models import (
+    Building,
+    Checkpoint,
+    Gpu,
+    Job,
+    LendingWindow,
+    Link,
+    Migration,
+    Node,
+    Placement,
+    PriorityClass,
+    Provider,
+    ReclaimEvent,
+    ResearchGroup,
+    Switch,
+)
+from portal.core.services._validate import NAME_RE
+from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
+from portal.core.services.jobs import MAX_CKPT_BYTES, MAX_GPUS_PER_JOB, MAX_RUNTIME_S
+from portal.core.services.nodes import (
+    ACCESS_LINK_DEFAULT_BYTES_PER_S,
+    MAX_GPUS_PER_NODE,
+    MAX_LENDING_WINDOWS,
+    MAX_LINK_BYTES_PER_S,
+)
+from portal.core.services.reclaims import MAX_NOTICE_S
+
+NAME_HELP = "Letters, digits, '.', '_' and '-', starting with a letter or digit."
+
+# --- campus and accounts ---------------------------------------------------------------------------------------
+
+
+class BuildingSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Building
+        fields = ["id", "name"]
+
+
+class SwitchSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Switch
+        fields = ["id", "name", "tier", "building"]
+
+
+class LinkSerializer(serializers.ModelSerializer):
+    lower = serializers.SerializerMethodField(help_text="Name of the lower endpoint (switch or node).")
+
+    class Meta:
+        model = Link
+        fields = ["id", "name", "kind", "upper", "lower_switch", "lower", "capacity_bytes_per_s"]
+
+    def get_lower(self, link: Link) -> str | None:
+        return link.lower_endpoint_name()
+
+
+class ProviderSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Provider
+        fields = ["id", "name", "slug"]
+
+
+class ResearchGroupSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ResearchGroup
+        fields = ["id", "name", "slug", "gpu_hours_used", "gpu_hours_lost_to_reclaims"]
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    is_staff = serializers.BooleanField()
+    roles = serializers.ListField(child=serializers.ChoiceField(choices=["admin", "provider", "researcher"]))
+    providers = ProviderSerializer(many=True)
+    groups = ResearchGroupSerializer(many=True)
+
+
+# --- nodes -------------------------------------------------------------------------------------------------------
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Gpu
+        fields = ["index", "model", "vram_gb", "compute_capability", "driver_version", "cuda_version", "uuid"]
+
+
+class GpuDeclarationSerializer(serializers.Serializer):
+    """One GPU as a provider declares it; VRAM and capability default from the GPU catalogue."""
+
+    model = StrictCharField(max_length=64, help_text="A catalogue model, e.g. " + ", ".join(sorted(GPU_CATALOGUE)))
+    vram_gb = FiniteFloatField(min_value=0.5, max_value=1024, required=False)
+    compute_capability = serializers.DecimalField(
+        max_digits=4, decimal_places=1, min_value=Decimal("1.0"), max_value=Decimal("99.9"), required=False
+    )
+    driver_version = StrictCharField(max_length=32, required=False, allow_blank=True, default="")
+    cuda_version = StrictCharField(max_length=16, required=False, allow_blank=True, default="")
+    uuid = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
+
+    def validate_model(self, value: str) -> str:
+        spec = lookup_gpu(value)
+        if spec is None:
+            raise serializers.ValidationError(
+                f"Unknown GPU model {value!r}; known models: {', '.join(sorted(GPU_CATALOGUE))}."
+            )
+        return spec.model
+
+
+class LendingWindowSerializer(serializers.ModelSerializer):
+    weekday = StrictIntegerField(min_value=0, max_value=6, help_text="0 = Monday … 6 = Sunday")
+
+    class Meta:
+        model = LendingWindow
+        fields = ["weekday", "start_time", "end_time"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["start_time"] == attrs["end_time"]:
+            raise serializers.ValidationError({"end_time": ["Must differ from start_time."]})
+        return attrs
+
+
+class LendingWindowListSerializer(serializers.Serializer):
+    windows = LendingWindowSerializer(many=True, max_length=MAX_LENDING_WINDOWS)
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    provider_name = serializers.CharField(source="provider.name", read_only=True)
+    building_name = serializers.CharField(source="building.name", read_only=True)
+    gpus = GpuSerializer(many=True, read_only=True)
+    lending_windows = LendingWindowSerializer(many=True, read_only=True)
+    lendable_gpu_count = serializers.IntegerField(read_only=True)
+    access_link_bytes_per_s = serializers.FloatField(
+        source="access_link.capacity_bytes_per_s", read_only=True, allow_null=True, default=None
+    )
+
+    class Meta:
+        model = Node
+        fields = [
+            "id", "name", "provider", "provider_name", "building", "building_name", "state", "gpus",
+            "gpu_floor", "lendable_gpu_count", "lending_windows", "access_link_bytes_per_s", "killswitch_engaged",
+            "enforcement_backend", "last_heartbeat_at", "agent_token_prefix", "agent_token_revoked", "created_at",
+        ]
+        read_only_fields = fields
+
+
+class NodeRegisterSerializer(serializers.Serializer):
+    name = StrictCharField(max_length=100, help_text=NAME_HELP)
+    provider = serializers.PrimaryKeyRelatedField(
+        queryset=Provider.objects.all(), required=False,
+        help_text="The lab lending the node; may be left out by a member of exactly one lab.",
+    )
+    building = serializers.PrimaryKeyRelatedField(queryset=Building.objects.all())
+    gpus = GpuDeclarationSerializer(many=True, min_length=1, max_length=MAX_GPUS_PER_NODE)
+    gpu_floor = StrictIntegerField(min_value=0, max_value=MAX_GPUS_PER_NODE, default=0,
+                                   help_text="GPUs the provider never lends.")
+    access_link_bytes_per_s = FiniteFloatField(min_value=1.0, max_value=MAX_LINK_BYTES_PER_S,
+                                               default=ACCESS_LINK_DEFAULT_BYTES_PER_S)
+    lending_windows = LendingWindowSerializer(many=True, required=False, max_length=MAX_LENDING_WINDOWS)
+
+    def validate_name(self, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise serializers.ValidationError(NAME_HELP)
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["gpu_floor"] > len(attrs["gpus"]):
+            raise serializers.ValidationError({"gpu_floor": ["Cannot exceed the number of GPUs declared."]})
+        return attrs
+
+
+class NodeRegisteredSerializer(NodeSerializer):
+    agent_token = serializers.CharField(read_only=True, help_text="Shown once; only its SHA-256 is stored.")
+
+    class Meta(NodeSerializer.Meta):
+        fields = [*NodeSerializer.Meta.fields, "agent_token"]
+        read_only_fields = fields
+
+
+class NodeUpdateSerializer(serializers.Serializer):
+    name = StrictCharField(max_length=100, required=False, help_text=NAME_HELP)
+    gpu_floor = StrictIntegerField(min_value=0, max_value=MAX_GPUS_PER_NODE, required=False)
+    access_link_bytes_per_s = FiniteFloatField(min_value=1.0, max_value=MAX_LINK_BYTES_PER_S, required=False)
+
+    def validate_name(self, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise serializers.ValidationError(NAME_HELP)
+        return value
+
+
+class AgentTokenSerializer(serializers.Serializer):
+    agent_token = serializers.CharField(help_text="Shown once; only its SHA-256 is stored.")
+    agent_token_prefix = serializers.CharField()
+
+
+class ReclaimRequestSerializer(serializers.Serializer):
+    notice_s = FiniteFloatField(min_value=0.0, max_value=MAX_NOTICE_S,
+                                help_text="Seconds of notice; 0 is an emergency reclaim.")
+
+
+class ReclaimPreviewQuerySerializer(serializers.Serializer):
+    notice_s = FiniteFloatField(min_value=0.0, max_value=MAX_NOTICE_S, default=0.0)
+
+
+class ReclaimPreviewJobSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField()
+    name = serializers.CharField()
+    ckpt_bytes = serializers.IntegerField()
+    bandwidth_bytes_per_s = serializers.FloatField()
+    restart_s = serializers.FloatField()
+    leave_s = serializers.FloatField()
+    loss_free = serializers.BooleanField()
+    work_lost_s = serializers.FloatField()
+
+
+class ReclaimPreviewSerializer(serializers.Serializer):
+    notice_s = serializers.FloatField()
+    shortest_loss_free_notice_s = serializers.FloatField()
+    jobs = ReclaimPreviewJobSerializer(many=True)
+
+
+class ReclaimEventSerializer(serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ReclaimEvent
+        fields = [
+            "id", "node", "node_name", "requested_by", "kind", "notice_s", "requested_at", "deadline_at",
+            "finished_at", "outcome", "outcome_detail",
+        ]
+        read_only_fields = fields
+
+
+# --- jobs ----------------------------------------------------------------------------------------------------------
+
+
+class PlacementSerializer(serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+
+    class Meta:
+        model = Placement
+        fields = ["id", "node", "node_name", "gpu_indices", "started_at", "ended_at", "end_reason"]
+        read_only_fields = fields
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    replica_nodes = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+
+    class Meta:
+        model = Checkpoint
+        fields = [
+            "id", "sequence", "node", "step", "size_bytes", "sha256", "taken_at", "completed_at", "replica_nodes",
+            "gpu_model", "compute_capability", "driver_version", "cuda_version", "framework", "framework_version",
+        ]
+        read_only_fields = fields
+
+
+class MigrationSerializer(serializers.ModelSerializer):
+    source_name = serializers.CharField(source="source.name", read_only=True)
+    destination_name = serializers.CharField(source="destination.name", read_only=True, allow_null=True,
+                                             default=None)
+
+    class Meta:
+        model = Migration
+        fields = [
+            "id", "reclaim", "source", "source_name", "destination", "destination_name", "checkpoint", "mode",
+            "degraded_reason", "bytes", "assigned_rate_bytes_per_s", "dscp", "started_at", "finished_at",
+            "work_lost_s", "downtime_s", "success",
+        ]
+        read_only_fields = fields
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    group_name = serializers.CharField(source="group.name", read_only=True)
+    node = serializers.SerializerMethodField(help_text="Name of the node it runs on now (null when not placed).")
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "owner", "group", "group_name", "command", "image", "gpu_count", "vram_gb_per_gpu",
+            "min_capability", "framework", "expected_runtime_s", "ckpt_bytes_estimate", "loss_budget_s",
+            "restart_s", "priority_class", "state", "failure_reason", "submitted_at", "started_at", "finished_at",
+            "progress_step", "work_done_s", "checkpoint_interval_s", "checkpoint_bandwidth_bytes_per_s",
+            "loss_budget_at_risk", "node",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_node(self, job: Job) -> str | None:
+        for placement in job.placements.all():  # prefetched by the viewset
+            if placement.ended_at is None:
+                return placement.node.name
+        return None
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = StrictCharField(max_length=120)
+    group = serializers.PrimaryKeyRelatedField(
+        queryset=ResearchGroup.objects.all(), required=False,
+        help_text="The group charged; may be left out by a member of exactly one group.",
+    )
+    command = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
+    image = StrictCharField(max_length=300, required=False, allow_blank=True, default="")
+    gpu_count = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_JOB)
+    vram_gb_per_gpu = FiniteFloatField(min_value=0.0, max_value=1024, default=0.0)
+    min_capability = serializers.DecimalField(max_digits=4, decimal_places=1, min_value=Decimal("0"),
+                                              max_value=Decimal("99.9"), default=Decimal("0"))
+    framework = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
+    expected_runtime_s = FiniteFloatField(min_value=1.0, max_value=MAX_RUNTIME_S)
+    ckpt_bytes_estimate = StrictIntegerField(min_value=1, max_value=MAX_CKPT_BYTES)
+    loss_budget_s = FiniteFloatField(min_value=1.0, max_value=MAX_RUNTIME_S, required=False, allow_null=True,
+                                     default=None)
+    restart_s = FiniteFloatField(min_value=0.0, max_value=24 * 3600.0, default=30.0)
+    priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.STANDARD)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs.get("command", "").strip() and not attrs.get("image", "").strip():
+            raise serializers.ValidationError({"command": ["Give a command or a container image."]})
+        return attrs
+
+
+# --- summary -------------------------------------------------------------------------------------------------------
+
+
+class MigrationTotalsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    planned = serializers.IntegerField()
+    degraded = serializers.IntegerField()
+    succeeded = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    success_rate = serializers.FloatField(allow_null=True)
+
+
+class SummarySerializer(serializers.Serializer):
+    nodes_by_state = serializers.DictField(child=serializers.IntegerField())
+    jobs_by_state = serializers.DictField(child=serializers.IntegerField())
+    reclaims_by_kind = serializers.DictField(child=serializers.IntegerField())
+    gpus_total = serializers.IntegerField()
+    gpus_lendable_online = serializers.IntegerField()
+    gpus_busy = serializers.IntegerField()
+    gpu_utilization = serializers.FloatField()
+    migrations = MigrationTotalsSerializer()
+    work_lost_s = serializers.FloatField()
+    work_lost_gpu_hours = serializers.FloatField()
+
+
+class TopologyLinkSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    a = serializers.CharField()
+    b = serializers.CharField()
+    bytes_per_s = serializers.FloatField()
+
+
+class TopologyNodeSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    building = serializers.CharField()
+    free_gpus = serializers.IntegerField()
+    vram_gb = serializers.FloatField()
+    capability = serializers.FloatField()
+    hazard_per_s_by_hour = serializers.ListField(child=serializers.FloatField(), min_length=24, max_length=24)
+
+
+class TopologySerializer(serializers.Serializer):
+    buildings = BuildingSerializer(many=True)
+    switches = SwitchSerializer(many=True)
+    links = TopologyLinkSerializer(many=True)
+    nodes = TopologyNodeSerializer(many=True)
+
