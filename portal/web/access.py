@@ -1,0 +1,71 @@
+"""Who may see what on the pages (SPEC §1 "identity is the mechanism").
+
+Every page looks objects up through these querysets, so an id edited into a URL or a form that the user may not
+see is a 404, exactly as if it did not exist. Admins (staff) see everything.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+
+from portal.core.models import Job, Node
+from portal.core.permissions import is_admin, is_provider_member, is_researcher, user_groups, user_providers
+from portal.core.permissions import visible_jobs as jobs_for
+
+User = AbstractBaseUser | AnonymousUser
+
+__all__ = [
+    "hosted_jobs_for",
+    "is_admin",
+    "is_provider_member",
+    "is_researcher",
+    "jobs_for",
+    "live_groups_for",
+    "may_follow",
+    "nodes_for",
+    "user_groups",
+    "user_providers",
+]
+
+
+def nodes_for(user: User) -> QuerySet[Node]:
+    """Nodes the user may manage on the provider pages: their labs' nodes (admins: all).
+
+    Stricter than the API's read visibility (every node is readable there): a researcher has no provider
+    pages at all, and a lab never sees another lab's node page.
+    """
+    if is_admin(user):
+        return Node.objects.all()
+    return Node.objects.filter(provider__in=user_providers(user))
+
+
+def hosted_jobs_for(user: User) -> QuerySet[Job]:
+    """Jobs running right now on the user's labs' nodes."""
+    return Job.objects.filter(placements__node__in=nodes_for(user), placements__ended_at__isnull=True)
+
+
+def live_groups_for(user: User) -> list[str]:
+    """The Channels groups a browser of this user joins when it connects (portal/control/publish.py names)."""
+    if not user.is_authenticated:
+        return []
+    groups = [f"provider-{pk}" for pk in user_providers(user).values_list("pk", flat=True)]
+    groups += [f"group-{pk}" for pk in user_groups(user).values_list("pk", flat=True)]
+    if is_admin(user):
+        groups.append("dashboard")
+    return groups
+
+
+def may_follow(user: User, group: str) -> bool:
+    """Whether a browser of this user may join one object's group (``node-<id>`` or ``job-<id>``)."""
+    kind, _, raw_id = group.partition("-")
+    if not raw_id.isdigit():
+        return False
+    if kind == "node":
+        return nodes_for(user).filter(pk=int(raw_id)).exists()
+    if kind == "job":
+        # A provider may follow the jobs its nodes host right now.
+        return (
+            jobs_for(user).filter(pk=int(raw_id)).exists() or hosted_jobs_for(user).filter(pk=int(raw_id)).exists()
+        )
+    return group in live_groups_for(user)

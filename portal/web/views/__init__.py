@@ -1,0 +1,1 @@
+"""Page views, split by who uses them: provider, researcher, admin dashboard."""

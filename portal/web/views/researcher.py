@@ -1,0 +1,200 @@
+"""Researcher pages: submit a job, my jobs, a job's timeline and current checkpoint interval, cancel.
+
+Jobs are looked up through ``jobs_for(user)`` (the user's research groups; admins: all), so another group's
+job id is a 404. Every write goes through ``portal.core.services.jobs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
+from portal.core.lifecycle.jobs import TERMINAL
+from portal.core.models import DecisionLog, Job
+from portal.core.services import jobs as job_services
+from portal.web.access import is_admin, is_researcher, jobs_for, user_groups
+from portal.web.forms import JobForm, apply_service_errors
+from portal.web.views.common import render_page
+
+
+def _require_researcher(request: HttpRequest) -> None:
+    if not (is_admin(request.user) or is_researcher(request.user)):
+        raise Http404("no researcher pages for this user")
+
+
+def _job(request: HttpRequest, job_id: int) -> Job:
+    _require_researcher(request)
+    return get_object_or_404(jobs_for(request.user).select_related("group", "owner"), pk=job_id)
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    _require_researcher(request)
+    jobs = jobs_for(request.user).select_related("group", "owner").prefetch_related("placements__node")
+    state = request.GET.get("state", "")
+    if state == "live":
+        jobs = jobs.exclude(state__in=TERMINAL)
+    rows = []
+    for job in jobs[:200]:
+        open_placement = next((p for p in job.placements.all() if p.ended_at is None), None)
+        rows.append({"job": job, "node": open_placement.node if open_placement else None})
+    return render_page(
+        request, "web/researcher/jobs.html", {"rows": rows, "state": state}, {"jobs": "web/researcher/_jobs.html"}
+    )
+
+
+@login_required
+def job_submit(request: HttpRequest) -> HttpResponse:
+    """The submission form, validated field by field; what was typed stays when it is refused."""
+    _require_researcher(request)
+    groups = user_groups(request.user)
+    form = JobForm(request.POST or None, groups=groups)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = job_services.submit_job(request.user, **form.service_kwargs())
+        except ValidationError as exc:
+            apply_service_errors(form, exc, JobForm.SERVICE_FIELDS)
+        except PermissionDenied:
+            form.add_error("group", "You are not a member of this group.")
+        else:
+            messages.success(request, f"Job {job.name} submitted; it is queued for a GPU.")
+            return redirect("web:job-detail", job_id=job.pk)
+    status = 400 if form.errors else 200
+    return render(request, "web/researcher/submit.html", {"form": form}, status=status)
+
+
+@dataclass
+class TimelineEntry:
+    at: datetime
+    kind: str  # placement | checkpoint | reclaim | migration | submitted | finished
+    title: str
+    detail: dict[str, Any]
+
+
+def timeline(job: Job) -> list[TimelineEntry]:
+    """Placements, checkpoints, reclaims and migrations of one job, newest first."""
+    entries = [TimelineEntry(job.submitted_at, "submitted", "Submitted", {"group": job.group.name})]
+    for p in job.placements.select_related("node", "node__building"):
+        entries.append(TimelineEntry(p.started_at, "placement", f"Placed on {p.node.name}", {"placement": p}))
+    for c in job.checkpoints.prefetch_related("replica_nodes").select_related("node"):
+        took = (c.completed_at - c.taken_at).total_seconds() if c.completed_at else None
+        entries.append(
+            TimelineEntry(c.completed_at or c.taken_at, "checkpoint", f"Checkpoint #{c.sequence}",
+                          {"checkpoint": c, "took_s": took, "replicas": list(c.replica_nodes.all())})
+        )
+    seen_reclaims: set[int] = set()
+    for m in job.migrations.select_related("source", "destination", "reclaim", "reclaim__node"):
+        if m.reclaim and m.reclaim_id not in seen_reclaims:
+            seen_reclaims.add(m.reclaim_id)
+            entries.append(
+                TimelineEntry(m.reclaim.requested_at, "reclaim",
+                              f"{m.reclaim.get_kind_display().capitalize()} of {m.reclaim.node.name}",
+                              {"reclaim": m.reclaim})
+            )
+        entries.append(
+            TimelineEntry(m.started_at, "migration",
+                          f"Migration {m.source.name} → {m.destination.name if m.destination else 'queue'}",
+                          {"migration": m})
+        )
+    if job.finished_at:
+        entries.append(TimelineEntry(job.finished_at, "finished", job.get_state_display().capitalize(),
+                                     {"reason": job.failure_reason}))
+    order = {"submitted": 0, "placement": 1, "checkpoint": 2, "reclaim": 3, "migration": 4, "finished": 5}
+    entries.sort(key=lambda e: (e.at, order[e.kind]))
+    return _group_checkpoints(entries)[::-1]
+
+
+def _group_checkpoints(entries: list[TimelineEntry]) -> list[TimelineEntry]:
+    """Fold each run of consecutive checkpoints into one entry (a long job writes hundreds of them)."""
+    folded: list[TimelineEntry] = []
+    for entry in entries:
+        previous = folded[-1] if folded else None
+        if entry.kind == "checkpoint" and previous is not None and previous.kind in ("checkpoint", "checkpoints"):
+            if previous.kind == "checkpoint":
+                previous = folded[-1] = TimelineEntry(previous.at, "checkpoints", "", {"items": [previous.detail]})
+            previous.detail["items"].append(entry.detail)
+            previous.at = entry.at
+            first, last = previous.detail["items"][0], previous.detail["items"][-1]
+            previous.title = (
+                f"Checkpoints #{first['checkpoint'].sequence} to #{last['checkpoint'].sequence}"
+                f" ({len(previous.detail['items'])})"
+            )
+            previous.detail["last"] = last
+        else:
+            folded.append(entry)
+    return folded
+
+
+def p1_inputs(job: Job) -> dict[str, Any] | None:
+    """Why the current interval: this job's entry in the latest P1 decision (SPEC §2, Eq. 9)."""
+    decisions = DecisionLog.objects.filter(kind=DecisionLog.Kind.P1).filter(Q(job=job) | Q(job__isnull=True))
+    for decision in decisions.order_by("-created_at", "-id")[:50]:
+        request, response = decision.request or {}, decision.response or {}
+        wanted = {str(job.pk), f"job-{job.pk}"}
+        req = next((j for j in request.get("jobs", []) if str(j.get("id")) in wanted), None)
+        if req is None:
+            continue
+        res = next((j for j in response.get("jobs", []) if str(j.get("id")) in wanted), {})
+        return {
+            "decided_at": decision.created_at,
+            "decision_id": decision.decision_id,
+            "budget": request.get("budget_bytes_per_s"),
+            "beta": request.get("beta", 0.2),
+            "hazard_per_s": req.get("hazard_per_s"),
+            "hazard_per_h": (req.get("hazard_per_s") or 0) * 3600,
+            "ckpt_bytes": req.get("ckpt_bytes"),
+            "cap": req.get("cap_bytes_per_s"),
+            "loss_budget_s": req.get("loss_budget_s"),
+            "notice_s": req.get("notice_s"),
+            "restart_s": req.get("restart_s"),
+            "bandwidth": res.get("bandwidth_bytes_per_s"),
+            "interval_s": res.get("interval_s"),
+            "final_checkpoint": res.get("final_checkpoint"),
+            "at_risk": res.get("loss_budget_at_risk"),
+        }
+    return None
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    placement = job.placements.filter(ended_at__isnull=True).select_related("node", "node__building").first()
+    context = {
+        "job": job,
+        "placement": placement,
+        "timeline": timeline(job),
+        "p1": p1_inputs(job),
+        "can_cancel": job.state not in TERMINAL,
+        "migrations": job.migrations.select_related("source", "destination"),
+    }
+    return render_page(
+        request,
+        "web/researcher/job.html",
+        context,
+        {"status": "web/researcher/_job_status.html", "timeline": "web/researcher/_timeline.html"},
+    )
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    try:
+        job_services.cancel_job(job, request.user)
+    except PermissionDenied as exc:
+        raise Http404 from exc
+    except (InvalidTransition, ConcurrentTransition):
+        messages.error(request, f"Job {job.name} is {job.get_state_display()} and can no longer be cancelled.")
+    else:
+        messages.success(request, f"Job {job.name} cancelled.")
+    return redirect("web:job-detail", job_id=job.pk)

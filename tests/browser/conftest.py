@@ -1,0 +1,212 @@
+"""Browser tests: Playwright (sync) driving Debian's chromium against a real daphne and PostgreSQL.
+
+Run them in their own pytest process (STACK.md gotcha 4: pytest-playwright and pytest-asyncio clash):
+``make test-browser``. What the session sets up:
+
+1. a fresh database ``reclaimnet_browser`` next to ``DATABASE_URL``'s (dropped at the end), migrated and
+   seeded with ``seed_campus --demo-users`` and ``seed_history``;
+2. this process's Django connection is pointed at it (tests read and write rows there, e.g. to play the
+   control plane), with ``DJANGO_ALLOW_ASYNC_UNSAFE`` because Playwright's sync API runs an event loop;
+3. ``collectstatic`` and a daphne subprocess on a free port, serving pages, static files (whitenoise) and
+   websockets through the Redis channel layer, so ``publish()`` from this process reaches the browser.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+BROWSER_DB = "reclaimnet_browser"
+PASSWORD = "reclaimnet-demo"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/browser" in str(item.path):
+            item.add_marker(pytest.mark.browser)
+
+
+def _database_urls() -> tuple[str, str]:
+    """(admin URL to create/drop databases, URL of the browser-test database), from ``DATABASE_URL``."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        pytest.skip("browser tests need DATABASE_URL=postgres://… (daphne and the tests share the database)")
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("browser tests need REDIS_URL (live events cross from the test process to daphne)")
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/postgres")), urlunsplit(parts._replace(path=f"/{BROWSER_DB}"))
+
+
+def _psql(admin_url: str, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, timeout=300,
+                   stdout=subprocess.DEVNULL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def server_env() -> dict[str, str]:
+    _, browser_url = _database_urls()
+    env = dict(os.environ)
+    env.update({"DATABASE_URL": browser_url, "RECLAIMNET_TESTING": "1", "PYTHONUNBUFFERED": "1"})
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_blocker: Any, server_env: dict[str, str]) -> Iterator[None]:
+    """Replace pytest-django's test database with one daphne can share (no transaction wrapping)."""
+    from django.conf import settings
+    from django.db import connections
+
+    admin_url, _ = _database_urls()
+    _psql(admin_url, f"DROP DATABASE IF EXISTS {BROWSER_DB} WITH (FORCE)")
+    _psql(admin_url, f"CREATE DATABASE {BROWSER_DB}")
+    _manage(server_env, "migrate", "--noinput", "-v", "0")
+    _manage(server_env, "seed_campus", "--demo-users")
+    _manage(server_env, "seed_history")
+    _manage(server_env, "collectstatic", "--noinput", "-v", "0")
+    connections["default"].close()
+    settings.DATABASES["default"]["NAME"] = BROWSER_DB
+    connections["default"].settings_dict["NAME"] = BROWSER_DB
+    with django_db_blocker.unblock():
+        yield
+        connections.close_all()
+    _purge_queued_tasks()
+    _psql(admin_url, f"DROP DATABASE IF EXISTS {BROWSER_DB} WITH (FORCE)")
+
+
+def _purge_queued_tasks() -> None:
+    """No Celery worker runs here: drop the control-plane tasks the pages queued (at the end of the session)."""
+    try:
+        from portal.celery import app
+
+        app.control.purge()
+    except Exception:  # the broker being gone must not fail the suite
+        pass
+
+
+@pytest.fixture(scope="session")
+def db_access(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    with django_db_blocker.unblock():
+        yield
+
+
+@pytest.fixture(scope="session")
+def live_url(django_db_setup: None, server_env: dict[str, str]) -> Iterator[str]:
+    """A daphne subprocess serving the portal against the browser-test database."""
+    port = _free_port()
+    log = (ROOT / "test-artifacts").joinpath("daphne-browser.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+             "portal.asgi:application"],
+            cwd=ROOT, env=server_env, stdout=out, stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 40
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/accounts/login/", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"daphne did not start; see {log}")
+            time.sleep(0.3)
+        try:
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="session")
+def base_url(live_url: str) -> str:
+    return live_url
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    """Debian's chromium, headless, nothing downloaded (no ``playwright install``)."""
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "headless": True, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(autouse=True)
+def _db(db_access: None) -> None:
+    """Every browser test may use the ORM (to check what the pages wrote, or to play the control plane)."""
+
+
+@pytest.fixture
+def screenshot(request: pytest.FixtureRequest) -> Callable[[Any, str], Path]:
+    """``screenshot(page, "what")`` saves test-artifacts/screenshots/<test>--<what>.png (full page)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    test = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+
+    def take(page: Any, what: str) -> Path:
+        path = SCREENSHOTS / f"{test}--{what}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
+
+
+def publish_live(groups: list[str], event: str, **fields: Any) -> None:
+    """``portal.control.publish.publish`` from a worker thread: Playwright's sync API keeps an event loop
+    running in the test thread, where ``async_to_sync`` refuses to run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from portal.control.publish import publish
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(publish, groups, event, **fields).result(timeout=10)
+
+
+@pytest.fixture
+def login(base_url: str) -> Callable[[Any, str], None]:
+    def sign_in(page: Any, username: str) -> None:
+        page.goto(base_url + "/accounts/login/")
+        page.get_by_label("Username").fill(username)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_load_state("domcontentloaded")
+        assert "/accounts/login/" not in page.url, f"login as {username} failed"
+
+    return sign_in
