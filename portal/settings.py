@@ -6,6 +6,7 @@ Production / test suite: ``DATABASE_URL=postgres://â€¦``, ``REDIS_URL=redis://â€
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import dj_database_url
@@ -18,10 +19,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DEBUG = env_bool("DEBUG", default=False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if DEBUG or env_bool("RECLAIMNET_DEMO") or env_bool("RECLAIMNET_TESTING"):
-        SECRET_KEY = "insecure-not-for-production-" + "x" * 32
+    if DEBUG or env_bool("RECLAIMNET_TESTING"):
+        # Development and tests: a fresh random key per process (sessions do not survive a restart).
+        # `make demo` writes one to .demo/secret_key and passes it as SECRET_KEY_FILE.
+        SECRET_KEY = secrets.token_urlsafe(50)
     else:
-        raise ImproperlyConfigured("SECRET_KEY is required (or set DEBUG=1 for a development run)")
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required (or set DEBUG=1 for development)")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"])

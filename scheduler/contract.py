@@ -113,6 +113,23 @@ def _ident(d: dict[str, Any], key: str, prefix: str, *, strings_only: bool = Fal
     return x
 
 
+def _sortable_ids(ids: list[Any]) -> tuple[str, ...]:
+    """Library ids whose string order is the JSON ids' order (SPEC §4 "ties: smallest id").
+
+    The library breaks ties on its string ids; JSON integer ids must compare as numbers (9 before 10),
+    so when any id is an integer each flow gets its rank in (integers by value, then strings) order,
+    zero-padded. The response still uses the caller's ids.
+    """
+    if all(isinstance(x, str) for x in ids):
+        return tuple(ids)
+    order = sorted(range(len(ids)), key=lambda i: (0, ids[i], "") if isinstance(ids[i], int) else (1, 0, ids[i]))
+    width = len(str(len(ids)))
+    rank = [""] * len(ids)
+    for r, i in enumerate(order):
+        rank[i] = f"{r:0{width}d}"
+    return tuple(rank)
+
+
 def _unique(ids: list[Any], list_field: str) -> None:
     seen: set[Any] = set()
     for i, x in enumerate(ids):
@@ -300,7 +317,7 @@ def _validate_p3(req: dict[str, Any]) -> tuple[P3Flows, float, float, float, lis
         cols["cap"].append(math.inf if cap is None else cap)
     _unique(ids, "flows")
     p3 = P3Flows(
-        ids=tuple(str(x) for x in ids),
+        ids=_sortable_ids(ids),
         bytes=np.array(cols["c"], dtype=float),
         notice_s=np.array(cols["notice"], dtype=float),
         restart_s=np.array(cols["tr"], dtype=float),

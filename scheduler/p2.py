@@ -17,6 +17,7 @@ from scheduler.topology import BottleneckIndex, CampusTree
 __all__ = ["EXCLUSION_REASONS", "P2Decision", "P2Request", "select_destination", "survival"]
 
 EXCLUSION_REASONS = ("vram", "capability", "compatibility", "busy", "deadline")
+TIE_RELATIVE = 1e-12  # scores within this relative distance of the minimum tie (SPEC §3: smallest id wins)
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,7 +111,9 @@ def select_destination(req: P2Request) -> P2Decision:
     building = np.asarray(req.building)
     local_all = building == building[req.source]
     d_local = feasible & local_all
-    cand_mask = d_local if int(d_local.sum()) >= req.k_min else feasible
+    # Lemma 3: D_ℓ if |D_ℓ| ≥ k_min, else D_c. An empty D_ℓ never wins (k_min = 0 would otherwise leave a job
+    # with no destination while D_c is not empty; SPEC §3 answers "no destination" only for an empty D_c).
+    cand_mask = d_local if int(d_local.sum()) >= max(req.k_min, 1) else feasible
     cand = np.flatnonzero(cand_mask)
     # T̄_mig(d): mean T_mig(d, o) over compatible o (VRAM and capability only), o ≠ source, o ≠ d.
     members = vram_ok & cap_ok & not_source
@@ -122,7 +125,10 @@ def select_destination(req: P2Request) -> P2Decision:
     score = transfer[cand] + req.alpha * (1.0 - surv) * t_bar
     destination: int | None = None
     if cand.size:
-        best = np.flatnonzero(score == score.min())
+        # Scores equal up to rounding are ties (the vectorised T̄_mig sums in another order than a per-node
+        # loop, so mathematically equal scores can differ in the last bits): smallest id among them.
+        low = score.min()
+        best = np.flatnonzero(score <= low + TIE_RELATIVE * abs(low))
         if best.size > 1:
             ids = np.array([tree.node_ids[i] for i in cand[best]])
             best = best[np.argsort(ids, kind="stable")]

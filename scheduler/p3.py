@@ -25,6 +25,9 @@ __all__ = [
 ]
 
 DSCP = {"emergency": 46, "migration": 34, "presync": 8, "research": 0}
+# A flow "fits" a budget up to this relative rounding slack (one rule for the single and multi forms, so a
+# single bottleneck gets the same admissions either way; Theorem 4 holds to the same 1e-12).
+FIT_RELATIVE = 1e-12
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,6 +88,26 @@ def _reasons(notice_bad: np.ndarray, cap_bad: np.ndarray, capacity_bad: np.ndarr
     return tuple(names[c] for c in codes.tolist())
 
 
+def _decision(
+    budget: float | np.ndarray,
+    admitted: np.ndarray,
+    mins: np.ndarray,
+    rate: np.ndarray,
+    notice_bad: np.ndarray,
+    cap_bad: np.ndarray,
+    capacity_bad: np.ndarray,
+) -> P3Decision:
+    """Assemble P3's answer (shared by the single- and multi-bottleneck forms)."""
+    return P3Decision(
+        migration_budget_bytes_per_s=budget,
+        admitted=admitted,
+        min_rate_bytes_per_s=mins,
+        rate_bytes_per_s=rate,
+        degraded_reason=_reasons(notice_bad, cap_bad, capacity_bad),
+        dscp=np.where(admitted, DSCP["migration"], DSCP["presync"]).astype(np.int64),
+    )
+
+
 def _share_single(extra_cap: np.ndarray, left: float) -> np.ndarray:
     """Max-min fair split of `left` with per-flow headroom (equal increments, water-filling)."""
     n = extra_cap.shape[0]
@@ -110,19 +133,19 @@ def admit_flows(
     r_min, notice_bad, cap_bad = _min_rates(flows)
     eligible = ~notice_bad & ~cap_bad
     admitted = eligible.copy()
-    if r_min[eligible].sum() > budget:
+    if r_min[eligible].sum() > budget * (1 + FIT_RELATIVE):
         admitted[:] = False
         order = _edf_order(flows, eligible)
         left = budget
         r = r_min[order]
         while order.size:
             # Flows that can never fit again are skipped outright; then admit the longest prefix.
-            fits = r <= left
+            fits = r <= left * (1 + FIT_RELATIVE)
             order, r = order[fits], r[fits]
             if not order.size:
                 break
             cum = np.cumsum(r)
-            j = int(np.searchsorted(cum, left, side="right"))  # first flow that does not fit
+            j = int(np.searchsorted(cum, left * (1 + FIT_RELATIVE), side="right"))  # first flow that does not fit
             admitted[order[:j]] = True
             left -= float(cum[j - 1]) if j else 0.0
             order, r = order[j + 1 :], r[j + 1 :]
@@ -133,14 +156,7 @@ def admit_flows(
     rate[admitted] = r_min[admitted] + _share_single(
         flows.cap_bytes_per_s[admitted] - r_min[admitted], left
     )
-    return P3Decision(
-        migration_budget_bytes_per_s=budget,
-        admitted=admitted,
-        min_rate_bytes_per_s=mins,
-        rate_bytes_per_s=rate,
-        degraded_reason=_reasons(notice_bad, cap_bad, capacity_bad),
-        dscp=np.where(admitted, DSCP["migration"], DSCP["presync"]).astype(np.int64),
-    )
+    return _decision(budget, admitted, mins, rate, notice_bad, cap_bad, capacity_bad)
 
 
 def admit_flows_on_paths(
@@ -194,7 +210,7 @@ def admit_flows_on_incidence(
     b_used = budget[used]
     load = np.bincount(lc, weights=np.where(eligible, r_min, 0.0)[fi], minlength=n_used)
     admitted = eligible.copy()
-    if np.any(load > b_used * (1 + 1e-12)):
+    if np.any(load > b_used * (1 + FIT_RELATIVE)):
         admitted[:] = False
         order = _edf_order(flows, eligible)
         left = b_used.copy()
@@ -206,7 +222,7 @@ def admit_flows_on_incidence(
             room = np.full(n, np.inf)
             live = rank[fi] >= 0
             np.minimum.at(room, fi[live], left[lc[live]])
-            order = order[r_min[order] <= room[order]]
+            order = order[r_min[order] <= room[order] * (1 + FIT_RELATIVE)]
             if not order.size:
                 break
             rank[:] = -1
@@ -223,14 +239,7 @@ def admit_flows_on_incidence(
     headroom = np.where(admitted, flows.cap_bytes_per_s - mins, 0.0)
     slack = b_used - np.bincount(lc, weights=mins[fi], minlength=n_used)
     rate = mins + _share_network(fi, lc, n_used, admitted, headroom, slack)
-    return P3Decision(
-        migration_budget_bytes_per_s=budget,
-        admitted=admitted,
-        min_rate_bytes_per_s=mins,
-        rate_bytes_per_s=rate,
-        degraded_reason=_reasons(notice_bad, cap_bad, capacity_bad),
-        dscp=np.where(admitted, DSCP["migration"], DSCP["presync"]).astype(np.int64),
-    )
+    return _decision(budget, admitted, mins, rate, notice_bad, cap_bad, capacity_bad)
 
 
 def _first_misfit(rank: np.ndarray, link: np.ndarray, r: np.ndarray, left: np.ndarray) -> int:
@@ -241,7 +250,7 @@ def _first_misfit(rank: np.ndarray, link: np.ndarray, r: np.ndarray, left: np.nd
     starts = np.flatnonzero(np.r_[True, link[1:] != link[:-1]]) if link.size else np.zeros(0, np.int64)
     run = np.diff(np.r_[starts, link.shape[0]])
     base = np.repeat(np.r_[0.0, cum][starts], run)
-    over = (cum - base) > left[link] * (1 + 1e-12)
+    over = (cum - base) > left[link] * (1 + FIT_RELATIVE)
     return int(rank[over].min()) if over.any() else int(rank.max(initial=-1)) + 1
 
 

@@ -200,7 +200,7 @@ def p2_select(tree: LiteralTree, bw: list[float], nodes: list[dict], req: dict) 
             continue
         feasible.append((n, t))
     local = [(n, t) for n, t in feasible if n["building"] == by_id[src]["building"]]
-    cands = local if len(local) >= req.get("k_min", 2) else feasible
+    cands = local if len(local) >= max(req.get("k_min", 2), 1) else feasible  # an empty D_ℓ never wins
     others = [
         o for o in nodes
         if o["id"] != src and o["vram_gb"] >= req.get("vram_gb", 0) and o["capability"] >= req.get("min_capability", 0)
@@ -226,5 +226,6 @@ def p2_select(tree: LiteralTree, bw: list[float], nodes: list[dict], req: dict) 
         scores[n["id"]] = t + req.get("alpha", 1.0) * (1 - surv) * t_bar
     if not scores:
         return None, scores
-    best = min(scores, key=lambda i: (scores[i], i))
+    low = min(scores.values())
+    best = min(i for i in scores if scores[i] <= low + 1e-12 * abs(low))  # ties up to rounding: smallest id
     return best, scores

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from portal.core import models as m
 
@@ -154,8 +157,22 @@ class HazardEstimateAdmin(admin.ModelAdmin):
     list_select_related = ["node", "provider"]
 
 
+class AppendOnlyAdmin(admin.ModelAdmin):
+    """Logs are evidence ("why did my job go there?", "who did what"): viewable, never added, edited or deleted
+    by hand, not even by an admin (the services and the control plane write them)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(m.DecisionLog)
-class DecisionLogAdmin(admin.ModelAdmin):
+class DecisionLogAdmin(AppendOnlyAdmin):
     list_display = ["decision_id", "kind", "created_at", "job", "reclaim"]
     list_filter = ["kind"]
     search_fields = ["decision_id", "job__name"]
@@ -163,7 +180,7 @@ class DecisionLogAdmin(admin.ModelAdmin):
 
 
 @admin.register(m.AuditLog)
-class AuditLogAdmin(admin.ModelAdmin):
+class AuditLogAdmin(AppendOnlyAdmin):
     list_display = ["at", "actor", "action", "object_type", "object_id"]
     list_filter = ["action", "object_type"]
     search_fields = ["actor__username", "action", "object_id"]

@@ -44,3 +44,23 @@ def test_node_change_page_renders(world: World) -> None:
     response = client.get(reverse("admin:core_node_change", args=[world.node.pk]))
     assert response.status_code == 200
     assert world.node.agent_token_hash.encode() in response.content
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("model_name", ["auditlog", "decisionlog"])
+def test_logs_are_append_only_in_admin(model_name: str, world: World) -> None:
+    """The audit trail and the decision log are evidence: an admin can read them, not add, edit or delete."""
+    from portal.core.models import AuditLog
+    from portal.core.services.audit import audit
+
+    entry = audit(world.users["provider"], "node.update", world.node)
+    client = Client()
+    client.force_login(world.users["admin"])
+    assert client.get(reverse(f"admin:core_{model_name}_changelist")).status_code == 200
+    assert client.get(reverse(f"admin:core_{model_name}_add")).status_code == 403
+    if model_name == "auditlog":
+        change = reverse("admin:core_auditlog_change", args=[entry.pk])
+        assert client.get(change).status_code == 200  # a read-only view
+        assert client.post(change, {"action": "nothing.happened"}).status_code == 403
+        assert client.post(reverse("admin:core_auditlog_delete", args=[entry.pk]), {"post": "yes"}).status_code == 403
+        assert AuditLog.objects.get(pk=entry.pk).action == "node.update"

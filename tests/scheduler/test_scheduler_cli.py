@@ -116,6 +116,21 @@ def test_p3_response_fields() -> None:
     assert all(f["rate"] >= f["min_rate"] for f in body["admitted"])
 
 
+@pytest.mark.parametrize(
+    ("ids", "winner"),
+    [((9, 10), 9), ((10, 9), 9), (("b", "a"), "a"), (("10", "9"), "10"), ((2, "1"), 2)],
+)
+def test_p3_deadline_ties_go_to_the_smallest_id(ids: tuple, winner: Any) -> None:
+    """SPEC §4 "ties: smallest id": JSON integers compare as numbers (9 before 10), strings as strings;
+    only one of the two equal-deadline flows fits the 70 B/s budget."""
+    req = {"capacity_bytes_per_s": 100.0, "flows": [{"id": x, "bytes": 600.0, "notice_s": 10.0} for x in ids]}
+    code, body = run("p3", json.dumps(req))
+    assert code == 0
+    assert [f["id"] for f in body["admitted"]] == [winner]
+    assert [f["id"] for f in body["degraded"]] == [x for x in ids if x != winner]
+    assert body["degraded"][0]["reason"] == "capacity"
+
+
 def mutate(req: dict[str, Any], path: list[Any], value: Any) -> dict[str, Any]:
     req = copy.deepcopy(req)
     target = req
@@ -153,6 +168,8 @@ BAD = [
     ("p3", p3_request, ["capacity_bytes_per_s"], -1, "capacity_bytes_per_s"),
     ("p3", p3_request, ["flows", 2, "notice_s"], None, "flows[2].notice_s"),
     ("p3", p3_request, ["flows", 0, "bytes"], KeyError, "flows[0].bytes"),
+    ("p3", p3_request, ["flows", 1, "bytes"], -1e9, "flows[1].bytes"),
+    ("p3", p3_request, ["flows", 1, "id"], "x", "flows[1].id"),
     ("p3", p3_request, ["reserve_fraction"], 1.5, "reserve_fraction"),
 ]
 

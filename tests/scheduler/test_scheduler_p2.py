@@ -156,7 +156,10 @@ def test_p2_never_picks_excluded_and_picks_min_score(case: tuple) -> None:
     else:
         assert d.destination not in excluded and d.destination != p2.source
         assert d.destination in d.candidate
-        assert d.score[d.candidate == d.destination][0] == d.score.min()
+        # The minimum score (ties up to rounding go to the smallest id).
+        assert d.score[d.candidate == d.destination][0] <= d.score.min() * (1 + 1e-12)
+        near = d.candidate[d.score <= d.score.min() * (1 + 1e-12)]
+        assert p2.tree.node_ids[d.destination] == min(p2.tree.node_ids[i] for i in near)
     # Every other node is accounted for: a candidate, excluded, or feasible but outside the locality set.
     assert len(excluded) + d.candidate.size <= p2.tree.n_nodes - 1
     for i, reason in d.excluded:
@@ -197,6 +200,41 @@ def test_locality_prefers_the_building_when_k_min_met() -> None:
     d = select_destination(P2Request(**base, k_min=3))  # only 2 local: fall back to the campus
     assert set(d.candidate.tolist()) == {1, 2, 3, 4, 5}
     assert d.destination == 1  # ties on score: smallest id
+
+
+def test_empty_locality_set_never_wins_even_with_k_min_zero() -> None:
+    """Lemma 3 with k_min = 0 and no feasible local node: fall back to D_c, not "no destination"."""
+    lid, a, b, nodes, building = campus(2, 2)
+    tree = CampusTree.from_links(lid, a, b, nodes)
+    req = P2Request(
+        tree=tree, link_bytes_per_s=np.full(len(lid), 1.25e8), building=np.array(building),
+        free_gpus=np.array([1, 0, 1, 1]), vram_gb=np.full(4, 24.0), capability=np.full(4, 8.6),
+        hazard_per_s_by_hour=np.zeros((4, 24)), compatible=None, source=0, ckpt_holder=0, ckpt_bytes=1e9,
+        restart_s=0.0, notice_s=None, remaining_s=3600.0, k_min=0,
+    )
+    d = select_destination(req)
+    assert d.excluded == ((1, "busy"),)  # the only other local node
+    assert set(d.candidate.tolist()) == {2, 3} and not d.local.any()
+    assert d.destination == 2
+
+
+def test_emergency_transfer_starts_at_the_checkpoint_holder() -> None:
+    """SPEC §3: after an emergency the source is gone; T_mig is measured from the freshest replica's holder."""
+    lid, a, b, nodes, building = campus(2, 2)  # B0: n0-0 (source), n0-1; B1: n1-0 (holder), n1-1
+    tree = CampusTree.from_links(lid, a, b, nodes)
+    bw = np.full(len(lid), 1.25e8)
+    bw[lid.index("up0")] = bw[lid.index("up1")] = 1e7  # crossing the core is slow
+    req = P2Request(
+        tree=tree, link_bytes_per_s=bw, building=np.array(building), free_gpus=np.array([1, 1, 0, 1]),
+        vram_gb=np.full(4, 24.0), capability=np.full(4, 8.6), hazard_per_s_by_hour=np.zeros((4, 24)),
+        compatible=None, source=0, ckpt_holder=2, ckpt_bytes=1e9, restart_s=5.0, notice_s=None, remaining_s=3600.0,
+        k_min=2,
+    )
+    d = select_destination(req)
+    transfer = dict(zip(d.candidate.tolist(), d.transfer_s.tolist(), strict=True))
+    assert transfer[3] == pytest.approx(1e9 / 1.25e8 + 5.0)  # holder → n1-1 stays in building B1
+    assert transfer[1] == pytest.approx(1e9 / 1e7 + 5.0)  # holder → n0-1 crosses both slow uplinks
+    assert d.destination == 3  # only one local candidate (k_min 2): the campus, where the holder's building wins
 
 
 def test_volatile_node_loses_to_a_stable_one() -> None:

@@ -139,3 +139,26 @@ def test_reserve_takes_the_larger_of_fraction_and_floor() -> None:
     assert migration_budget_bytes_per_s(100.0, 0.3, 50.0) == 50.0
     assert migration_budget_bytes_per_s(100.0, 0.3, 10.0) == 70.0
     assert migration_budget_bytes_per_s(100.0, 0.3, 200.0) == 0.0
+
+
+@SETTINGS
+@given(flow_sets(), st.floats(1e7, 2e9), st.floats(0, 0.9), st.floats(0, 5e8))
+def test_single_form_equals_multi_form_on_one_link(flows: P3Flows, capacity: float, beta: float,
+                                                    b_min: float) -> None:
+    """One bottleneck, two code paths: the same admissions, reasons and rates (one fit rule for both)."""
+    one = admit_flows(flows, capacity, beta, b_min)
+    multi = admit_flows_on_paths(flows, np.array([capacity]), [np.array([0])] * len(flows.ids), beta, b_min)
+    assert one.degraded_reason == multi.degraded_reason
+    assert np.array_equal(one.admitted, multi.admitted)
+    assert np.allclose(one.rate_bytes_per_s, multi.rate_bytes_per_s, rtol=1e-9)
+    assert np.array_equal(one.dscp, multi.dscp)
+
+
+def test_exact_fit_is_admitted_despite_rounding() -> None:
+    """0.1 + 0.2 > 0.3 in floating point: flows whose minimums sum to the budget all fit."""
+    flows = P3Flows(("a", "b", "c"), np.array([10.0, 20.0, 500.0]), np.array([100.0, 100.0, 10.0]), np.zeros(3),
+                    np.full(3, np.inf))
+    # r_min: c 50 (earliest deadline, skipped: it alone exceeds the budget), then a 0.1 and b 0.2; budget 0.3.
+    d = admit_flows(flows, 0.3, reserve_fraction=0.0)
+    assert d.degraded_reason[2] == "capacity"
+    assert d.admitted[:2].all()

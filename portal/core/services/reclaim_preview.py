@@ -26,8 +26,8 @@ from django.utils import timezone
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import Checkpoint, HazardEstimate, HazardScope, Job, Link, Node, Placement
+from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S  # also when a node has no access link
 
-ACCESS_LINK_DEFAULT_BYTES_PER_S = 125e6  # 1 Gbit/s, when a node has no access link recorded
 DEFAULT_HAZARD_PER_S = 1 / 3600.0  # prior before any estimate exists (SPEC §6: ≈ 0.99 per GPU-hour)
 
 
