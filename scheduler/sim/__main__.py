@@ -1,0 +1,49 @@
+"""CLI (SPEC §7): ``python -m scheduler.sim --trace FILE --policy NAME --json``.
+
+Bad input exits 2 with one JSON object ``{"error": "..."}`` naming the field, nothing else printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from scheduler.sim.adapters import load_any
+from scheduler.sim.engine import simulate
+from scheduler.sim.metrics import summarise
+from scheduler.sim.policies import get_policy
+from scheduler.sim.trace import TraceError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print usage and exit 2 with text
+        raise TraceError("arguments", message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _Parser(prog="python -m scheduler.sim", description="ReclaimNet campus simulator (SPEC §7)")
+    ap.add_argument("--trace", required=True, help="SPEC §7 JSON file or CSV folder, or ext:NAME")
+    ap.add_argument("--policy", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
+    try:
+        args = ap.parse_args(argv)
+        try:
+            policy = get_policy(args.policy)
+        except ValueError as e:
+            raise TraceError("policy", str(e)) from None
+        trace = load_any(args.trace)
+    except TraceError as e:
+        print(json.dumps({"error": str(e), "field": e.field}))
+        return 2
+    result = summarise(simulate(trace, policy, seed=args.seed), trace.horizon_s)
+    keys = ("work_lost_gpu_h", "downtime_median_s", "downtime_p99_s", "migration_success",
+            "traffic_degradation", "gpu_utilization", "jobs_done")
+    out = {k: result[k] for k in keys}
+    print(json.dumps(out) if args.json else json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

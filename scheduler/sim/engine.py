@@ -1,0 +1,774 @@
+"""Discrete-event campus simulator (issue 7) driving the production P1/P2/P3 code (SPEC §2-§4).
+
+Time advances from event to event (submissions, reclaim notices and deadlines, node returns, transfer and
+restart completions, job completions) and at every control period (default 600 s: bandwidth samples,
+estimator updates, P1 re-plan, P3 re-admission). Between events everything is analytic: a running job
+alternates Δ seconds of work with a C/b checkpoint stall (the job does not compute while writing; the
+checkpoint is durable — pre-synced off the node — when the write ends), so progress, durable progress
+and stall time over any interval follow in closed form, vectorised over jobs. Loss on a reclaim is the
+progress since the last durable checkpoint. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scheduler.p1 import P1Jobs, optimal_interval_s, plan_checkpoints
+from scheduler.p2 import P2Request, select_destination
+from scheduler.p3 import P3Flows, admit_flows_on_paths
+from scheduler.sim.cycles import advance_cycles, risk_integral, time_to_finish
+from scheduler.sim.network import LINE_RATE_BYTES_PER_S, allocate
+from scheduler.sim.policies import Policy
+from scheduler.sim.trace import Trace
+from scheduler.topology import CampusTree
+
+FUTURE, QUEUED, RUNNING, MOVING, RESTART, DONE, WAITNODE = range(7)
+LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
+MIN_RATE_BYTES_PER_S = 1e5
+RESERVE_FRACTION = 0.3  # SPEC §4 β for research
+P1_BETA = 0.2  # SPEC §2 Eq. 9 β
+BIG_S = 1e18
+
+
+@dataclass
+class Interruption:
+    """One reclaim hitting one job: what it lost and when/where it resumed."""
+
+    job: int
+    t_stop_s: float
+    lost_s: float
+    budget_s: float
+    source: int
+    emergency: bool
+    t_resume_s: float = float("nan")
+    dest: int = -1
+
+
+@dataclass
+class SimResult:
+    """Raw accumulators of one run; `scheduler.sim.metrics.summarise` turns them into SPEC §7 numbers."""
+
+    policy: str
+    lost_gpu_s: float = 0.0
+    overhead_gpu_s: float = 0.0
+    useful_gpu_s: float = 0.0
+    resident_gpu_s: float = 0.0
+    jobs_done: int = 0
+    n_jobs: int = 0
+    interruptions: list[Interruption] = field(default_factory=list)
+    research_deficit_bytes: float = 0.0
+    research_demand_bytes: float = 0.0
+    hazard_t_s: list[float] = field(default_factory=list)
+    hazard_est_per_s: list[float] = field(default_factory=list)
+    hazard_true_per_s: list[float] = field(default_factory=list)
+    epoch_lambda_per_s: list[float] = field(default_factory=list)
+    epoch_bw_bytes_per_s: list[float] = field(default_factory=list)
+    migration_bytes: float = 0.0
+    running_gpu_s: float = 0.0
+    expected_lost_gpu_s: float = 0.0  # ∫ λ_true(t)·(work at risk) dt: the loss's conditional expectation
+
+
+class Simulator:
+    """One policy on one trace. `run()` returns a SimResult."""
+
+    def __init__(self, trace: Trace, policy: Policy, seed: int = 0, period_s: float = 600.0,
+                 hazard_estimator: object | None = None) -> None:
+        self.tr, self.pol, self.period_s = trace, policy, period_s
+        self.rng = np.random.default_rng(seed)
+        nd = trace.tables["nodes"]
+        self.node_ids = tuple(str(x) for x in nd["id"])
+        self.n_nodes = len(self.node_ids)
+        nidx = {v: i for i, v in enumerate(self.node_ids)}
+        _, self.building = np.unique(nd["building"].astype(str), return_inverse=True)
+        self.gpus = nd["gpus"].astype(float)
+        self.vram = nd["vram_gb"].astype(float)
+        self.cap = nd["capability"].astype(float)
+        lk = trace.tables["links"]
+        self.link_ids = tuple(str(x) for x in lk["id"])
+        self.tree = CampusTree.from_links(self.link_ids, [str(x) for x in lk["a"]],
+                                          [str(x) for x in lk["b"]], self.node_ids)
+        self.n_links = len(self.link_ids)
+        self.access = np.array([int(self.tree.parent_link[i]) for i in range(self.n_nodes)])
+        self.buddy = np.arange(self.n_nodes)
+        for i in range(self.n_nodes):
+            same = np.flatnonzero(self.building == self.building[i])
+            self.buddy[i] = same[(np.searchsorted(same, i) + 1) % len(same)]
+        self._paths: dict[tuple[int, int], np.ndarray] = {}
+        self.n_epochs = int(np.ceil(trace.horizon_s / period_s))
+        self.bw = self._sampled("bandwidth", lk["bytes_per_s"])
+        self.res = self._sampled("research", np.zeros(self.n_links))
+        jb = trace.tables["jobs"]
+        self.J = len(jb["id"])
+        self.job_ids = tuple(str(x) for x in jb["id"])
+        self.submit, self.jg = jb["submit_s"].astype(float), jb["gpus"].astype(float)
+        self.jvram, self.jcap = jb["vram_gb"].astype(float), jb["min_capability"].astype(float)
+        self.work, self.C = jb["work_s"].astype(float), jb["ckpt_bytes"].astype(float)
+        self.Tr, self.Lmax = jb["restart_s"].astype(float), jb["loss_budget_s"].astype(float)
+        rc = trace.tables["reclaims"]
+        self.rc_node = np.array([nidx[str(x)] for x in rc["node"]], dtype=np.int64)
+        self.rc_t, self.rc_notice = rc["t_s"].astype(float), rc["notice_s"].astype(float)
+        self.rc_ret = rc["return_s"].astype(float)
+        self.rc_dead = self.rc_t + self.rc_notice
+        self.hz_truth = trace.tables.get("hazard")
+        self.lam_true: np.ndarray | None = None
+        if self.hz_truth is not None:
+            ht, hv = self.hz_truth["t_s"], self.hz_truth["per_s"]
+            o = np.argsort(ht, kind="stable")
+            k = np.searchsorted(ht[o], np.arange(self.n_epochs) * period_s, side="right") - 1
+            self.lam_true = np.where(k >= 0, hv[o][np.maximum(k, 0)], hv[o][0])
+        self.lam_now = 0.0
+        from scheduler.estimators import BandwidthEstimator, HazardEstimator
+
+        self._trace_means()
+        self.hz = hazard_estimator or HazardEstimator(self.n_nodes, group_of=self.building.astype(np.int64),
+                                                      prior_per_s=self.prior_hazard_per_s)
+        self.bwe = BandwidthEstimator(self.n_links)
+
+    # ---- trace preprocessing -------------------------------------------------------------------
+    def _sampled(self, table: str, default: np.ndarray) -> np.ndarray:
+        """(n_links, n_epochs) piecewise-constant samples at each control period start (SPEC §7)."""
+        out = np.repeat(np.asarray(default, dtype=float)[:, None], self.n_epochs, axis=1)
+        if table not in self.tr.tables:
+            return out
+        tb = self.tr.tables[table]
+        lidx = {v: i for i, v in enumerate(self.link_ids)}
+        li = np.array([lidx[str(x)] for x in tb["link"]], dtype=np.int64)
+        starts = np.arange(self.n_epochs) * self.period_s
+        for link in np.unique(li):
+            m = li == link
+            t, v = tb["t_s"][m], tb["bytes_per_s"][m]
+            o = np.argsort(t, kind="stable")
+            t, v = t[o], v[o]
+            k = np.searchsorted(t, starts, side="right") - 1
+            out[link] = np.where(k >= 0, v[np.maximum(k, 0)], out[link])
+        return out
+
+    def _profile(self) -> np.ndarray:
+        """The hourly hazard profile for P2, refreshed once per control period (lazily)."""
+        if self.profile is None:
+            self.profile = self.hz.hourly_profile_per_s(self.t_epoch)
+        return self.profile
+
+    def _trace_means(self) -> None:
+        """Trace-wide means for `static` and hour-of-day means for `tv` (issue 7 policy list)."""
+        em = self.rc_notice == 0
+        away = np.minimum(np.nan_to_num(self.rc_ret, nan=self.tr.horizon_s), self.tr.horizon_s)
+        away = away - np.minimum(self.rc_dead, self.tr.horizon_s)
+        lent_s = max(self.n_nodes * self.tr.horizon_s - float(np.sum(away)), 1.0)
+        self.mean_hazard_per_s = max(float(np.sum(em)) / lent_s, 1e-9)
+        # The estimator's prior: the emergency rate of a first "calibration week" (what a campus knows
+        # from its logs before switching ReclaimNet on); the default 1/h is far above this campus.
+        week = min(7 * 86400.0, self.tr.horizon_s)
+        n_week = float(np.sum(em & (self.rc_t < week)))
+        self.prior_hazard_per_s = max((n_week + 1.0) / (lent_s * week / self.tr.horizon_s), 1e-8)
+        resid = np.maximum(self.bw - self.res, MIN_RATE_BYTES_PER_S)[self.access]
+        self.mean_bw_bytes_per_s = float(np.mean(resid))
+        hours = ((np.arange(self.n_epochs) * self.period_s / 3600.0) % 24).astype(int)
+        ev_h = ((self.rc_t[em] / 3600.0) % 24).astype(int)
+        exp_h = np.bincount(hours, minlength=24) * self.period_s * self.n_nodes * lent_s / (
+            self.n_nodes * self.tr.horizon_s)
+        cnt_h = np.bincount(ev_h, minlength=24)
+        self.tv_hazard = np.maximum((cnt_h + 0.5) / np.maximum(exp_h, 1.0), 1e-9)
+        self.tv_bw = np.array([float(np.mean(resid[:, hours == h])) if np.any(hours == h)
+                               else self.mean_bw_bytes_per_s for h in range(24)])
+
+    def path(self, a: int, b: int) -> np.ndarray:
+        key = (a, b)
+        p = self._paths.get(key)
+        if p is None:
+            p = self.tree.path_links(a, b) if a != b else np.zeros(0, dtype=np.int64)
+            self._paths[key] = p
+        return p
+
+    # ---- state -----------------------------------------------------------------------------------
+    def _init_state(self) -> None:
+        J = self.J
+        self.st = np.full(J, FUTURE)
+        self.node = np.full(J, -1)
+        self.prog, self.durable, self.pos = np.zeros(J), np.zeros(J), np.zeros(J)
+        self.delta = np.full(J, 600.0)
+        self.s = np.ones(J)
+        self.bplan = np.full(J, LINE_RATE_BYTES_PER_S)
+        self.holder = np.full(J, -1)
+        self.first_start = np.full(J, np.nan)
+        self.t_done = np.full(J, np.nan)
+        self.restart_due = np.full(J, np.inf)
+        self.need_xfer = np.zeros(J, dtype=bool)
+        self.open_int: dict[int, Interruption] = {}
+        self.pre_drain: dict[int, float] = {}
+        self.free = self.gpus.copy()
+        self.lent = np.ones(self.n_nodes, dtype=bool)
+        self.pending = np.zeros(self.n_nodes, dtype=bool)
+        self.flows: list[dict] = []
+        self.heap: list[tuple[float, int, str, int]] = []
+        self.seq = 0
+        self.queue: list[int] = []
+        self.epoch = 0
+        self.res_t = SimResult(self.pol.name, n_jobs=J)
+        self.B = self.bw[:, 0].copy()
+        self.R = self.res[:, 0].copy()
+        self.Bminus = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
+        self.use = None
+        self.t_epoch, self.profile = 0.0, None
+        self.lam_up = self.hz.hazard_upper_per_s(0.0)
+        for j in range(J):
+            self._push(self.submit[j], "submit", j)
+        for k in range(len(self.rc_t)):
+            self._push(self.rc_t[k], "notice", k)
+            self._push(self.rc_dead[k], "deadline", k)
+            if np.isfinite(self.rc_ret[k]):
+                self._push(self.rc_ret[k], "return", k)
+        # per-node sorted reclaim notice times (the oracle's future knowledge)
+        self.future = [np.sort(self.rc_t[self.rc_node == i]) for i in range(self.n_nodes)]
+
+    def _push(self, t: float, kind: str, arg: int) -> None:
+        order = {"epoch": 0, "return": 1, "deadline": 2, "notice": 3, "xfer": 4, "restart": 5,
+                 "requeue": 6, "submit": 7}[kind]
+        self.seq += 1
+        heapq.heappush(self.heap, (t, order * 10**9 + self.seq, kind, arg))
+
+    # ---- analytic advance ------------------------------------------------------------------------
+    def _time_to_finish(self, idx: np.ndarray) -> np.ndarray:
+        return time_to_finish(self.pos[idx], self.delta[idx], self.s[idx],
+                              np.maximum(self.work[idx] - self.prog[idx], 0.0))
+
+    def _advance(self, dt: float) -> None:
+        if dt <= 0:
+            return
+        run = np.flatnonzero(self.st == RUNNING)
+        if run.size:
+            d, s, p = self.delta[run], self.s[run], self.pos[run]
+            self.res_t.running_gpu_s += float(np.sum(self.jg[run])) * dt
+            if self.lam_true is not None:
+                risk = risk_integral(self.prog[run] - self.durable[run], p, d, s, dt)
+                self.res_t.expected_lost_gpu_s += self.lam_now * float(np.sum(risk * self.jg[run]))
+            n, newp, work = advance_cycles(p, d, s, dt)
+            work = np.minimum(work, self.work[run] - self.prog[run])
+            self.res_t.overhead_gpu_s += float(np.sum((dt - work) * self.jg[run]))
+            self.prog[run] += work
+            self.pos[run] = newp
+            crossed = n >= 1
+            self.durable[run] = np.where(crossed, self.prog[run] - np.minimum(newp, d), self.durable[run])
+        if self.flows and self.use is not None:
+            for k, f in enumerate(self.flows):
+                f["left"] = max(0.0, f["left"] - self.use.flow_rate_bytes_per_s[k] * dt)
+        if self.use is not None:
+            self.res_t.research_deficit_bytes += float(np.sum(self.use.active * self.use.deficit_bytes_per_s)) * dt
+            self.res_t.research_demand_bytes += float(np.sum(self.use.active * np.minimum(self.R, self.B))) * dt
+
+    # ---- interval / bandwidth planning (P1) ------------------------------------------------------
+    def _replan(self, t: float, idx: np.ndarray | None = None) -> None:
+        """Per-control-period P1 plan for running jobs (SPEC §2), then remap their cycle positions."""
+        if idx is None:
+            idx = np.flatnonzero(self.st == RUNNING)
+        if idx.size == 0:
+            return
+        pol = self.pol
+        nodes = self.node[idx]
+        if pol.interval == "oracle":
+            self._remap(idx, np.full(idx.size, np.inf), np.zeros(idx.size))
+            return
+        if pol.interval == "local":
+            b = np.full(idx.size, LOCAL_WRITE_BYTES_PER_S)
+            lam = np.maximum(self.lam_up[nodes], 1e-12)
+            jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx], cap_bytes_per_s=b,
+                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
+            plan = plan_checkpoints(jobs, float(np.sum(b)) + 1.0, beta=P1_BETA)
+            self.bplan[idx] = b
+            self._remap(idx, plan.interval_s, self.C[idx] / b)
+            return
+        # node budget: (1 - reserve) of B⁻ on the access link minus admitted planned migrations (SPEC §4)
+        af = np.zeros(self.n_links)
+        for f in self.flows:
+            if not np.isnan(f["shaped"]):
+                af[f["links"]] += f["shaped"]
+        informed = pol.interval == "informed"  # P1 fed the true λ(t) and available bandwidth
+        avail = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S) if informed else self.Bminus
+        budget_node = np.maximum((1 - RESERVE_FRACTION) * avail - af, MIN_RATE_BYTES_PER_S)[self.access]
+        lam = np.maximum(self.lam_up[nodes], 1e-12)
+        if informed and self.lam_true is not None:
+            lam = np.full(idx.size, max(self.lam_now, 1e-12))
+        if pol.bandwidth_split == "p1":
+            jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
+                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
+            plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes)
+            b, interval = plan.bandwidth_bytes_per_s, plan.interval_s
+        else:
+            cnt = np.bincount(nodes, minlength=self.n_nodes)
+            b = budget_node[nodes] / cnt[nodes]
+            interval = np.full(idx.size, np.nan)
+        b = np.maximum(b, MIN_RATE_BYTES_PER_S)
+        interval = np.where(np.isnan(interval), optimal_interval_s(lam, self.C[idx], b), interval)
+        if pol.interval == "fixed":
+            interval = np.full(idx.size, pol.fixed_interval_s)
+        elif pol.interval == "static":
+            interval = optimal_interval_s(np.full(idx.size, self.mean_hazard_per_s), self.C[idx],
+                                          np.full(idx.size, self.mean_bw_bytes_per_s))
+        elif pol.interval == "truth":  # Lemma 1 at the true λ(t) and the true available bandwidth
+            lam_t = self.lam_now if self.lam_true is not None else self.mean_hazard_per_s
+            b_true = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)[self.access[nodes]]
+            interval = optimal_interval_s(np.full(idx.size, max(lam_t, 1e-12)), self.C[idx],
+                                          np.minimum(b_true, LINE_RATE_BYTES_PER_S))
+        elif pol.interval == "tv":
+            h = int((t / 3600.0) % 24)
+            interval = optimal_interval_s(np.full(idx.size, self.tv_hazard[h]), self.C[idx],
+                                          np.full(idx.size, self.tv_bw[h]))
+        self.bplan[idx] = b if pol.traffic == "p3" else LINE_RATE_BYTES_PER_S
+        self._remap(idx, interval, self.s[idx])
+
+    def _remap(self, idx: np.ndarray, new_delta: np.ndarray, new_s: np.ndarray) -> None:
+        """Carry a job's cycle position across a change of Δ or write time (see module docstring)."""
+        d, s, p = self.delta[idx], self.s[idx], self.pos[idx]
+        writing = p >= d
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac_done = np.where(writing & (s > 0), (p - d) / np.where(s > 0, s, 1.0), 0.0)
+            p_write = new_delta + np.clip(frac_done, 0.0, 1.0) * new_s
+            p_work = np.where(p >= new_delta, new_delta, p)
+        self.pos[idx] = np.where(writing, p_write, p_work)
+        self.delta[idx] = new_delta
+        self.s[idx] = new_s
+
+    # ---- network ---------------------------------------------------------------------------------
+    def _rates(self) -> None:
+        """Recompute link shares after any change; writers' stall times follow their actual rate."""
+        run = np.flatnonzero(self.st == RUNNING)
+        net_writers = run if self.pol.interval not in ("oracle", "local") else run[:0]
+        shaped = np.array([f["shaped"] for f in self.flows]) if self.flows else np.zeros(0)
+        links = [f["links"] for f in self.flows]
+        duty = np.zeros(net_writers.size)
+        if net_writers.size:
+            dd, ss = self.delta[net_writers], self.s[net_writers]
+            duty = np.where(np.isfinite(dd), ss / (dd + ss), 0.0)
+        self.use = allocate(self.pol.traffic, self.B, self.R, links, shaped, self.access[self.node[net_writers]],
+                            self.bplan[net_writers], duty)
+        if net_writers.size:
+            b = np.maximum(self.use.writer_rate_bytes_per_s, MIN_RATE_BYTES_PER_S)
+            new_s = self.C[net_writers] / b
+            ch = np.abs(new_s - self.s[net_writers]) > 1e-9 * np.maximum(new_s, 1.0)
+            if np.any(ch):
+                w = net_writers[ch]
+                self._remap(w, self.delta[w], new_s[ch])
+
+    def _admit(self, t: float) -> None:
+        """P3 (SPEC §4) over all planned flows still inside their notice window; others ride CS1."""
+        planned = [k for k, f in enumerate(self.flows) if f["kind"] in ("planned", "drain") and f["deadline"] > t]
+        for f in self.flows:
+            f["shaped"] = np.nan
+        if self.pol.traffic != "p3" or not planned:
+            return
+        fl = [self.flows[k] for k in planned]
+        flows = P3Flows(ids=tuple(f"f{f['id']}" for f in fl), bytes=np.array([f["left"] for f in fl]),
+                        notice_s=np.array([f["deadline"] - t for f in fl]),
+                        restart_s=np.array([self.Tr[f["job"]] for f in fl]),
+                        cap_bytes_per_s=np.full(len(fl), LINE_RATE_BYTES_PER_S))
+        dec = admit_flows_on_paths(flows, self.Bminus, [f["links"] for f in fl], reserve_fraction=RESERVE_FRACTION)
+        for k, f in enumerate(fl):
+            if dec.admitted[k]:
+                f["shaped"] = float(dec.rate_bytes_per_s[k])
+
+    # ---- placement and destinations (P2) ---------------------------------------------------------
+    def _feasible(self, j: int, exclude: int = -1) -> np.ndarray:
+        ok = (self.lent & ~self.pending & (self.free >= self.jg[j]) & (self.vram >= self.jvram[j])
+              & (self.cap >= self.jcap[j]))
+        if exclude >= 0:
+            ok[exclude] = False
+        return np.flatnonzero(ok)
+
+    def _next_reclaim(self, n: int, t: float) -> float:
+        fut = self.future[n]
+        k = np.searchsorted(fut, t, side="right")
+        return float(fut[k]) if k < len(fut) else np.inf
+
+    def _oracle_pick(self, j: int, cand: np.ndarray, t: float, src: int) -> int:
+        """Future-aware choice: the node reclaimed last (ideally never before the job ends), then fastest."""
+        if cand.size == 0:
+            return -1
+        nxt = np.array([self._next_reclaim(int(c), t) for c in cand])
+        finish = t + (self.work[j] - self.prog[j]) + self.Tr[j]
+        key = np.minimum(nxt, finish + 1.0)
+        best = cand[key == key.max()]
+        if src >= 0 and best.size > 1:
+            bw = np.array([self._path_bw(src, int(c), self.B) for c in best])
+            best = best[bw == bw.max()]
+        return int(best[0])
+
+    def _path_bw(self, a: int, b: int, link_bw: np.ndarray) -> float:
+        p = self.path(a, b)
+        return float(np.min(link_bw[p])) if p.size else np.inf
+
+    def _choose_dest(self, j: int, src: int, holder: int, t: float, notice_s: float | None) -> int:
+        pol = self.pol
+        cand = self._feasible(j, exclude=src)
+        if pol.destination == "oracle":
+            return self._oracle_pick(j, cand, t, holder)
+        if cand.size == 0:
+            return -1
+        if pol.destination == "first_fit":
+            return int(cand[0])
+        if pol.destination == "random":
+            return int(self.rng.choice(cand))
+        free = np.where(self.lent & ~self.pending, self.free, 0.0)
+        req = P2Request(tree=self.tree, link_bytes_per_s=self.Bminus, building=self.building, free_gpus=free,
+                        vram_gb=self.vram, capability=self.cap,
+                        hazard_per_s_by_hour=self._profile(), compatible=None, source=src,
+                        ckpt_holder=holder, ckpt_bytes=float(self.C[j]), restart_s=float(self.Tr[j]),
+                        notice_s=notice_s, remaining_s=float(max(self.work[j] - self.prog[j], 1.0)),
+                        gpus=int(self.jg[j]), vram_gb_needed=float(self.jvram[j]),
+                        min_capability=float(self.jcap[j]), now_hour=float((t / 3600.0) % 24))
+        dec = select_destination(req)
+        return -1 if dec.destination is None else int(dec.destination)
+
+    def _try_place(self, t: float) -> None:
+        """FIFO with backfill over queued jobs (requeued ones first); first fit, or the oracle's pick."""
+        if not self.queue:
+            return
+        keep = []
+        changed = False
+        for j in self.queue:
+            cand = self._feasible(j)
+            if cand.size == 0:
+                keep.append(j)
+                continue
+            if self.pol.destination == "oracle":
+                n = self._oracle_pick(j, cand, t, int(self.holder[j]))
+            elif self.need_xfer[j] and self.pol.destination == "random":
+                n = int(self.rng.choice(cand))
+            else:
+                n = int(cand[0])
+            self._occupy(j, n)
+            changed = True
+            if self.need_xfer[j] and self.pol.interval != "oracle":
+                self._start_flow(j, int(self.holder[j]), n, t, "recovery", np.inf)
+            elif self.need_xfer[j]:
+                self._start_restart(j, n, t)
+            else:
+                self.first_start[j] = t
+                self._start_running(j, n, t)
+        self.queue = keep
+        if changed:
+            self._admit(t)
+
+    def _occupy(self, j: int, n: int) -> None:
+        self.node[j] = n
+        self.free[n] -= self.jg[j]
+
+    def _release(self, j: int) -> None:
+        n = int(self.node[j])
+        if n >= 0:
+            self.free[n] += self.jg[j]
+
+    def _start_running(self, j: int, n: int, t: float) -> None:
+        self.st[j] = RUNNING
+        self.node[j] = n
+        self.durable[j] = self.prog[j]
+        self.pos[j] = 0.0
+        self.s[j] = self.C[j] / max(self.bplan[j], MIN_RATE_BYTES_PER_S)
+        self.holder[j] = self.buddy[n] if self.pol.migrate else n
+        self._replan(t, np.array([j]))
+
+    def _start_restart(self, j: int, n: int, t: float) -> None:
+        self.st[j] = RESTART
+        self.node[j] = n
+        self.restart_due[j] = t + self.Tr[j]
+        self._push(t + self.Tr[j], "restart", j)
+
+    def _start_flow(self, j: int, src: int, dst: int, t: float, kind: str, deadline: float) -> None:
+        self.st[j] = MOVING
+        self.node[j] = dst
+        links = self.path(src, dst)
+        self.seq += 1
+        f = {"id": self.seq, "job": j, "src": src, "dst": dst, "links": links, "left": float(self.C[j]),
+             "kind": kind, "deadline": deadline, "shaped": np.nan}
+        self.res_t.migration_bytes += float(self.C[j])
+        if links.size == 0:
+            self._start_restart(j, dst, t)
+            return
+        self.flows.append(f)
+
+    # ---- reclaim handling ------------------------------------------------------------------------
+    def _interrupt(self, j: int, t: float, lost: float, emergency: bool) -> None:
+        self.res_t.lost_gpu_s += lost * self.jg[j]
+        if j in self.open_int:  # hit again before it resumed (e.g. while restarting): same interruption
+            self.open_int[j].lost_s += lost
+            return
+        src = int(self.node[j])
+        rec = Interruption(job=j, t_stop_s=t, lost_s=lost, budget_s=float(self.Lmax[j]), source=src,
+                           emergency=emergency)
+        self.res_t.interruptions.append(rec)
+        self.open_int[j] = rec
+
+    def _on_notice(self, k: int, t: float) -> None:
+        n = int(self.rc_node[k])
+        if not self.lent[n]:
+            return
+        self.pending[n] = True
+        tau = float(self.rc_notice[k])
+        if tau <= 0 or not self.pol.final_checkpoint or self.pol.interval == "oracle":
+            return
+        for j in np.flatnonzero((self.node == n) & (self.st == RUNNING)):
+            j = int(j)
+            final = self._final_fits(j, n, tau, self.Tr[j])
+            dst = self._choose_dest(j, n, n, t, tau) if final else -1
+            if dst >= 0:  # drain: stop now, the final checkpoint goes straight to the destination
+                self._drain(j, t)
+                self._occupy(j, dst)
+                self._start_flow(j, n, dst, t, "planned", t + tau)
+            elif self._final_fits(j, n, tau, 0.0):
+                # warn → drain → force (seed 001) with no destination yet: the final checkpoint goes to the
+                # pre-sync replica and the job waits in the queue without losing work
+                self._drain(j, t)
+                self._start_flow(j, n, int(self.buddy[n]), t, "drain", t + tau)
+                self.node[j] = -1
+        self._admit(t)
+
+    def _final_fits(self, j: int, n: int, tau: float, restart_s: float) -> bool:
+        """P1's final-checkpoint test C/b + T_r <= τ at 70% of B⁻ (static: at the trace-mean bandwidth)."""
+        if self.pol.interval in ("p1", "fixed", "tv", "truth", "informed"):
+            b = self.Bminus[self.access[n]] * (1 - RESERVE_FRACTION)
+            jobs = P1Jobs.build((self.job_ids[j],), np.array([1e-6]), self.C[j:j + 1],
+                                notice_s=np.array([tau]), restart_s=np.array([restart_s]))
+            return bool(plan_checkpoints(jobs, b, beta=P1_BETA).final_checkpoint[0])
+        return bool(self.C[j] / max(self.mean_bw_bytes_per_s, 1.0) + restart_s <= tau)
+
+    def _drain(self, j: int, t: float) -> None:
+        self.pre_drain[j] = float(self.durable[j])
+        self.durable[j] = self.prog[j]
+        self._interrupt(j, t, 0.0, emergency=False)
+        self._release(j)
+
+    def _on_deadline(self, k: int, t: float) -> None:
+        n = int(self.rc_node[k])
+        if not self.lent[n]:
+            return
+        self.lent[n] = False
+        self.pending[n] = True
+        emergency = self.rc_notice[k] == 0
+        if emergency:
+            self.hz.record_departure(n, t)
+        # planned flows out of n that missed the deadline fall back to the pre-synced checkpoint
+        for f in list(self.flows):
+            if f["src"] == n and f["kind"] in ("planned", "drain"):
+                j = f["job"]
+                self.flows.remove(f)
+                lost = self.prog[j] - self.pre_drain.pop(j, self.prog[j])
+                self.open_int[j].lost_s = lost
+                self.res_t.lost_gpu_s += lost * self.jg[j]
+                self.prog[j] -= lost
+                self.durable[j] = self.prog[j]
+                if f["kind"] == "drain":
+                    self._requeue(j, int(self.buddy[n]), t, 0.0)
+                else:
+                    self._start_flow(j, int(self.buddy[n]), f["dst"], t, "recovery", np.inf)
+        for j in np.flatnonzero((self.node == n) & np.isin(self.st, (RUNNING, RESTART))):
+            self._evict(int(j), n, t, bool(emergency))
+        # transfers heading to n lose their destination: back to the queue
+        for f in list(self.flows):
+            if f["dst"] == n and f["kind"] != "drain":
+                j = f["job"]
+                self.flows.remove(f)
+                self.free[n] += self.jg[j]
+                self.node[j] = -1
+                self.st[j] = QUEUED
+                self.need_xfer[j] = True
+                self.holder[j] = f["src"]
+                self.queue.insert(0, j)
+        self._admit(t)
+        self._try_place(t)
+
+    def _evict(self, j: int, n: int, t: float, emergency: bool) -> None:
+        pol = self.pol
+        was_running = self.st[j] == RUNNING
+        if pol.interval == "oracle" and was_running:
+            dst = self._choose_dest(j, n, n, t, None)
+            since = self.prog[j] - self.durable[j]
+            # Bound, not a mechanism: the checkpoint costs only a local-disk write just before the
+            # reclaim (its copy off the node is assumed done in the background with foresight).
+            x = self.C[j] / LOCAL_WRITE_BYTES_PER_S
+            cost = min(x, since)
+            self.prog[j] -= cost
+            lost = since if since < x else 0.0
+            self.res_t.overhead_gpu_s += (cost - lost) * self.jg[j]
+            self._interrupt(j, t, lost, emergency)
+            self.durable[j] = self.prog[j]
+            self._release(j)
+            if dst >= 0:
+                self._occupy(j, dst)
+                self._start_restart(j, dst, t)
+            else:
+                self._requeue(j, n, t, 0.0)
+            return
+        lost = self.prog[j] - self.durable[j] if was_running else 0.0
+        self.prog[j] = self.durable[j]
+        self._interrupt(j, t, lost, emergency)
+        self._release(j)
+        if not pol.migrate:
+            self.st[j] = WAITNODE
+            self.node[j] = n
+            self.free[n] -= self.jg[j]
+            return
+        holder = int(self.holder[j]) if self.holder[j] >= 0 else int(self.buddy[n])
+        if pol.requeue_delay_s > 0:
+            self._requeue(j, holder, t, pol.requeue_delay_s)
+            return
+        dst = self._choose_dest(j, n, holder, t, None)
+        if dst < 0:
+            self._requeue(j, holder, t, 0.0)
+            return
+        self._occupy(j, dst)
+        self._start_flow(j, holder, dst, t, "recovery", np.inf)
+
+    def _requeue(self, j: int, holder: int, t: float, delay_s: float) -> None:
+        self.st[j] = QUEUED
+        self.node[j] = -1
+        self.need_xfer[j] = True
+        self.holder[j] = holder
+        if delay_s > 0:
+            self.st[j] = FUTURE
+            self._push(t + delay_s, "requeue", j)
+        else:
+            self.queue.insert(0, j)
+
+    def _on_return(self, k: int, t: float) -> None:
+        n = int(self.rc_node[k])
+        self.lent[n] = True
+        self.pending[n] = False
+        for j in np.flatnonzero((self.st == WAITNODE) & (self.node == n)):
+            self._start_restart(int(j), n, t)
+        self._try_place(t)
+
+    def _on_restart_done(self, j: int, t: float) -> None:
+        if self.st[j] != RESTART or t < self.restart_due[j] - 1e-6:
+            return  # a stale event: the job was evicted while restarting and restarts elsewhere later
+        rec = self.open_int.pop(j, None)
+        if rec is not None:
+            rec.t_resume_s = t
+            rec.dest = int(self.node[j])
+        self.need_xfer[j] = False
+        if np.isnan(self.first_start[j]):
+            self.first_start[j] = t
+        self._start_running(j, int(self.node[j]), t)
+
+    def _finish_job(self, j: int, t: float) -> None:
+        self.st[j] = DONE
+        self.t_done[j] = t
+        self.prog[j] = self.work[j]
+        self._release(j)
+        self.node[j] = -1
+        self.res_t.jobs_done += 1
+
+    # ---- epoch -----------------------------------------------------------------------------------
+    def _on_epoch(self, t: float) -> None:
+        e = min(round(t / self.period_s), self.n_epochs - 1)
+        if e > 0:
+            self.hz.add_exposure(t - self.period_s, t, self.lent.copy())
+        self.B, self.R = self.bw[:, e], self.res[:, e]
+        if self.lam_true is not None:
+            self.lam_now = float(self.lam_true[e])
+        resid = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
+        # a handful of noisy 100 ms egress-counter samples of the available bandwidth (SPEC §2)
+        for i in range(3):
+            noise = self.rng.lognormal(0.0, 0.1, self.n_links)
+            self.bwe.observe(t + 0.1 * i, resid * noise)
+        self.Bminus = np.maximum(self.bwe.lower_bytes_per_s(), MIN_RATE_BYTES_PER_S)
+        # estimates refresh once per control period (departures recorded since count from the next one)
+        self.t_epoch, self.profile = t, None
+        self.lam_up = self.hz.hazard_upper_per_s(t)
+        est = self.hz.hazard_per_s(t)
+        r = self.res_t
+        r.hazard_t_s.append(t)
+        r.hazard_est_per_s.append(float(np.mean(est)))
+        if self.hz_truth is not None:
+            r.hazard_true_per_s.append(float(np.interp(t, self.hz_truth["t_s"], self.hz_truth["per_s"])))
+            r.epoch_lambda_per_s.append(r.hazard_true_per_s[-1])
+        else:
+            r.epoch_lambda_per_s.append(float(np.mean(est)))
+        r.epoch_bw_bytes_per_s.append(float(np.mean(resid[self.access])))
+        self._admit(t)
+        self._replan(t)
+
+    # ---- main loop -------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        self._init_state()
+        horizon = self.tr.horizon_s
+        t = 0.0
+        for e in range(self.n_epochs):
+            self._push(e * self.period_s, "epoch", e)
+        while True:
+            t_heap = self.heap[0][0] if self.heap else np.inf
+            run = np.flatnonzero(self.st == RUNNING)
+            t_fin = np.inf
+            if run.size:
+                ttf = self._time_to_finish(run)
+                k = int(np.argmin(ttf))
+                t_fin = t + float(ttf[k])
+            t_flow, kf = np.inf, -1
+            if self.flows and self.use is not None:
+                rates = self.use.flow_rate_bytes_per_s
+                with np.errstate(divide="ignore"):
+                    tt = np.array([f["left"] for f in self.flows]) / rates
+                kf = int(np.argmin(tt))
+                t_flow = t + float(tt[kf])
+            t_next = min(t_heap, t_fin, t_flow, horizon)
+            self._advance(t_next - t)
+            t = t_next
+            if t >= horizon:
+                break
+            if t_next == t_fin and t_fin < t_heap:
+                for j in run[ttf <= ttf[k] + 1e-6]:
+                    if self.work[j] - self.prog[j] <= 1e-3:
+                        self._finish_job(int(j), t)
+                self._try_place(t)
+            elif t_next == t_flow and t_flow < t_heap:
+                f = self.flows.pop(kf)
+                j = f["job"]
+                self.pre_drain.pop(j, None)
+                if f["kind"] == "drain":
+                    self._requeue(j, f["dst"], t, 0.0)
+                    self._try_place(t)
+                else:
+                    if f["kind"] == "planned":
+                        self.holder[j] = f["dst"]
+                    self._start_restart(j, f["dst"], t)
+                self._admit(t)
+            else:
+                while self.heap and self.heap[0][0] <= t:
+                    _, _, kind, arg = heapq.heappop(self.heap)
+                    self._dispatch(kind, arg, t)
+            self._rates()
+        return self._finalise(horizon)
+
+    def _dispatch(self, kind: str, arg: int, t: float) -> None:
+        if kind == "epoch":
+            self._on_epoch(t)
+        elif kind == "submit":
+            self.st[arg] = QUEUED
+            self.queue.append(arg)
+            self._try_place(t)
+        elif kind == "notice":
+            self._on_notice(arg, t)
+        elif kind == "deadline":
+            self._on_deadline(arg, t)
+        elif kind == "return":
+            self._on_return(arg, t)
+        elif kind == "restart":
+            self._on_restart_done(arg, t)
+        elif kind == "requeue" and self.st[arg] == FUTURE:
+            self.st[arg] = QUEUED
+            self.queue.insert(0, arg)
+            self._try_place(t)
+
+    def _finalise(self, horizon: float) -> SimResult:
+        r = self.res_t
+        started = ~np.isnan(self.first_start)
+        end = np.where(np.isnan(self.t_done), horizon, self.t_done)
+        r.resident_gpu_s = float(np.sum(((end - self.first_start) * self.jg)[started]))
+        r.useful_gpu_s = float(np.sum(self.prog * self.jg))
+        return r
+
+
+def simulate(trace: Trace, policy: Policy, seed: int = 0, period_s: float = 600.0) -> SimResult:
+    """Run one policy on one trace (deterministic for `seed`)."""
+    return Simulator(trace, policy, seed=seed, period_s=period_s).run()

@@ -1,0 +1,52 @@
+"""Turn a SimResult into the SPEC §7 numbers (and a few more for the evaluation report, issue 7).
+
+Definitions (stated in the report too):
+- work_lost_gpu_h: GPU-hours of progress lost at reclaims (work redone from the last durable checkpoint)
+  plus GPU-hours stalled writing checkpoints — the quantity P1's L(Δ) = λΔ/2 + C/(BΔ) minimises
+  (``lost_gpu_h`` and ``overhead_gpu_h`` are reported separately as well);
+- downtime: seconds from a job stopping on a reclaimed node to computing again (transfer + restart +
+  any wait); interruptions not resumed by the end of the trace count with their time so far;
+- migration_success: share of interruptions after which the job resumed on another node having lost no
+  more than its loss budget;
+- traffic_degradation: research demand not served / research demand, over link-time carrying bulk
+  traffic that competes with research (see `scheduler.sim.network`);
+- gpu_utilization: useful GPU-time (progress kept) / GPU-time from each job's first start to its end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from scheduler.sim.engine import SimResult
+
+
+def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
+    """SPEC §7 keys first, then extras; plain floats/ints only (JSON-ready)."""
+    ints = r.interruptions
+    down = np.array([(x.t_resume_s if np.isfinite(x.t_resume_s) else horizon_s) - x.t_stop_s for x in ints])
+    ok = np.array([np.isfinite(x.t_resume_s) and x.dest >= 0 and x.dest != x.source
+                   and x.lost_s <= x.budget_s + 1e-9 for x in ints], dtype=bool)
+    lost_h = r.lost_gpu_s / 3600.0
+    ovh_h = r.overhead_gpu_s / 3600.0
+    err = np.nan
+    if r.hazard_true_per_s:
+        est = np.array(r.hazard_est_per_s[: len(r.hazard_true_per_s)])
+        tru = np.array(r.hazard_true_per_s)
+        err = float(np.median(np.abs(est - tru) / np.maximum(tru, 1e-12)))
+    return {
+        "work_lost_gpu_h": round(lost_h + ovh_h, 4),
+        "downtime_median_s": round(float(np.median(down)), 2) if down.size else 0.0,
+        "downtime_p99_s": round(float(np.percentile(down, 99)), 2) if down.size else 0.0,
+        "migration_success": round(float(np.mean(ok)), 4) if ok.size else 1.0,
+        "traffic_degradation": round(r.research_deficit_bytes / r.research_demand_bytes, 4)
+        if r.research_demand_bytes > 0 else 0.0,
+        "gpu_utilization": round(r.useful_gpu_s / r.resident_gpu_s, 4) if r.resident_gpu_s > 0 else 0.0,
+        "jobs_done": int(r.jobs_done),
+        "lost_gpu_h": round(lost_h, 4),
+        "overhead_gpu_h": round(ovh_h, 4),
+        "interruptions": len(ints),
+        "hazard_rel_error_median": None if np.isnan(err) else round(err, 4),
+        "migrated_tb": round(r.migration_bytes / 1e12, 4),
+    }

@@ -1,0 +1,84 @@
+"""Policy definitions for the simulator (issue 7): which parts of ReclaimNet (SPEC §2-§4) are on.
+
+A policy is a frozen `Policy` of switches; the engine reads them and calls the production code in
+`scheduler.p1`, `scheduler.p2`, `scheduler.p3` where a switch says so. Nothing here re-implements P1/P2/P3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# interval modes: "p1" (Eq. 9 with λ⁺, B⁻), "fixed" (fixed_interval_s), "static" (Lemma 1 at trace-wide
+# means), "tv" (Lemma 1 at trace-wide hour-of-day means: Theorem 2's state-independent policy),
+# "informed" (P1 at the true λ(t) and bandwidth), "truth" (Lemma 1 at the true λ(t), B(t): Theorem 2's state-dependent reference),
+# "oracle" (no periodic checkpoints: one just-in-time checkpoint before each known reclaim), "local"
+# (P1 at the local disk speed, no pre-sync: the checkpoint never leaves the node).
+# destination modes: "p2", "first_fit", "random", "oracle", "same_node".
+# traffic modes: "p3" (admission + shaping, pre-sync as CS1), "tcp" (proportional share with research).
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Switches of one simulated policy (issue 7 list of policies)."""
+
+    name: str
+    interval: str = "p1"
+    fixed_interval_s: float = 600.0
+    bandwidth_split: str = "p1"  # "p1" (Theorem 1/Lemma 2) or "equal"
+    destination: str = "p2"
+    traffic: str = "p3"
+    final_checkpoint: bool = True  # use the notice window for a final checkpoint + planned migration
+    requeue_delay_s: float = 0.0
+    migrate: bool = True
+
+
+RECLAIMNET = Policy("reclaimnet")
+
+_NAMED: dict[str, Policy] = {
+    "reclaimnet": RECLAIMNET,
+    "slurm-pr": Policy("slurm-pr", interval="fixed", fixed_interval_s=600.0, bandwidth_split="equal",
+                       destination="first_fit", traffic="tcp", final_checkpoint=False, requeue_delay_s=60.0),
+    "no-migration": Policy("no-migration", interval="local", bandwidth_split="equal", destination="same_node",
+                           traffic="tcp", final_checkpoint=False, migrate=False),
+    "static": Policy("static", interval="static", bandwidth_split="equal", destination="first_fit",
+                     traffic="tcp"),
+    "random-dst": Policy("random-dst", destination="random"),
+    "no-admission": Policy("no-admission", traffic="tcp"),
+    "tv-fixed": Policy("tv-fixed", interval="tv"),
+    "oracle": Policy("oracle", interval="oracle", destination="oracle", traffic="p3"),
+    # not in SPEC §7: ReclaimNet with P1 fed the true λ(t) and available bandwidth (P2/P3 unchanged),
+    # to separate the cost of estimating λ and B from the mechanism itself
+    "informed": Policy("informed", interval="informed"),
+}
+
+POLICY_NAMES: tuple[str, ...] = (*_NAMED, "fixed:SECONDS")
+
+
+def ablation(p1: bool, p2: bool, p3: bool) -> Policy:
+    """One of the 8 on/off combinations: off P1 = static Young/Daly + equal split, off P2 = first fit,
+    off P3 = TCP proportional share."""
+    name = "abl-" + "".join("1" if x else "0" for x in (p1, p2, p3))
+    return Policy(name, interval="p1" if p1 else "static", bandwidth_split="p1" if p1 else "equal",
+                  destination="p2" if p2 else "first_fit", traffic="p3" if p3 else "tcp")
+
+
+ABLATIONS: tuple[Policy, ...] = tuple(ablation(a, b, c) for a in (True, False) for b in (True, False)
+                                      for c in (True, False))
+
+
+def get_policy(name: str) -> Policy:
+    """Policy by its SPEC §7 name (also ``fixed:SECONDS`` and ``abl-XYZ``); ValueError if unknown."""
+    if name in _NAMED:
+        return _NAMED[name]
+    if name.startswith("fixed:"):
+        try:
+            sec = float(name.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"bad fixed interval in {name!r}") from None
+        if not sec > 0:
+            raise ValueError(f"fixed interval must be > 0 in {name!r}")
+        return replace(RECLAIMNET, name=name, interval="fixed", fixed_interval_s=sec)
+    for p in ABLATIONS:
+        if p.name == name:
+            return p
+    raise ValueError(f"unknown policy {name!r}; one of {', '.join(POLICY_NAMES)} or abl-XYZ")

@@ -1,0 +1,198 @@
+"""Markdown evaluation report (issue 7): the paper's numbers (SPEC §6) beside the measured ones, the
+targets with an honest pass/fail, the definitions used, and how external traces were mapped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scheduler.sim import adapters
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "n/a"
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def _below(pct: float) -> str:
+    return f"{pct:.0f}% below" if pct >= 0 else f"{-pct:.0f}% above (worse)"
+
+
+def _findings(table: list[dict], abl_rows: list[dict], relaxed_rows: list[dict]) -> list[str]:
+    """A few measured contrasts that explain the main table (computed, not hand-written numbers)."""
+    t = {r["policy"]: r for r in table}
+    a = {r["policy"].split(" ")[0]: r for r in abl_rows}
+    x = {r["policy"]: r for r in relaxed_rows}
+    out = []
+    if {"abl-111", "abl-110"} <= set(a):
+        out.append(f"- P3 on vs off (P1, P2 on): checkpoint stall {_fmt(a['abl-111']['overhead_gpu_h'])} vs "
+                   f"{_fmt(a['abl-110']['overhead_gpu_h'])} GPU-h, research degradation "
+                   f"{_fmt(100 * a['abl-111']['traffic_degradation'])}% vs "
+                   f"{_fmt(100 * a['abl-110']['traffic_degradation'])}%: shaping pre-sync to P1's share of 70% of "
+                   "B⁻ (and CS1) protects research but makes every checkpoint write slower.")
+    if {"reclaimnet", "static"} <= set(t):
+        out.append(f"- Loss budgets: ReclaimNet honours Eq. 9's Δ ≤ 2·L_max; with this campus's low emergency "
+                   f"hazard that forces checkpoints far more often than Young/Daly (stall "
+                   f"{_fmt(t['reclaimnet']['overhead_gpu_h'])} vs {_fmt(t['static']['overhead_gpu_h'])} GPU-h). "
+                   f"Without budgets (sensitivity table) ReclaimNet loses {_fmt(x.get('reclaimnet', {}).get('work_lost_gpu_h'))}"
+                   f" vs static {_fmt(x.get('static', {}).get('work_lost_gpu_h'))} GPU-h.")
+    if {"reclaimnet", "informed"} <= set(t):
+        inf, rn = t["informed"]["work_lost_gpu_h"], t["reclaimnet"]["work_lost_gpu_h"]
+        verdict = ("so λ⁺/B⁻ estimation is not what separates ReclaimNet from static here" if inf >= 0.9 * rn
+                   else f"so perfect estimates would save {100 * (1 - inf / rn):.0f}%")
+        out.append(f"- Estimation: P1 with the true λ(t), B(t) (`informed`) loses {_fmt(inf)} vs {_fmt(rn)} GPU-h "
+                   f"with the estimators, {verdict}.")
+    out.append("- Scheduled reclaims whose notice is shorter than C/b + T_r also lose work (the job runs to the "
+               "deadline), but P1's λ counts emergencies only (SPEC §2), so the realised loss hazard on jobs is "
+               "higher than the λ P1 plans with.")
+    return out
+
+
+def _md(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(out)
+
+
+ORACLE_DEF = """The **offline oracle** knows every future reclaim (time, node, notice) and the true bandwidth. It takes
+no periodic checkpoints. Just before each reclaim that hits one of its jobs it either saves the job at
+the cost of one *local-disk* write (C / 1 GB/s, the fastest write any policy has; the copy off the node
+is assumed to have been done in the background with foresight) or, if cheaper, lets the work since the
+last restart be lost — whichever is smaller. It places and migrates jobs on the feasible node whose next
+reclaim is furthest in the future (ties: widest path), restarts them after T_r, and its transfers are
+counted as using spare capacity only (research degradation 0 by construction). It is therefore a lower
+bound on work lost (loss + checkpoint stall) for every online policy on its own trajectory; the test
+suite checks that no online policy beats it on small random traces."""
+
+DEFINITIONS = """- **work lost (GPU-h)** = GPU-hours of progress lost at reclaims (redone from the last durable checkpoint)
+  **plus** GPU-hours stalled writing checkpoints — the quantity P1's L(Δ) = λΔ/2 + C/(BΔ) minimises.
+  The two parts are also shown separately (`lost_gpu_h`, `overhead_gpu_h`). The paper's column appears to
+  count lost progress only; compare `lost_gpu_h` with it.
+- **downtime**: from the job stopping on the reclaimed node to computing again (transfer + restart + any
+  wait for a free GPU); unresumed interruptions count until the end of the trace.
+- **migration success**: the job resumed on another node having lost ≤ its loss budget L_max.
+- **research-traffic degradation**: research demand not served / research demand, on links while they
+  carry bulk traffic that competes with research (migrations; in TCP mode also pre-sync writes for their
+  duty cycle). Under P3, admitted migrations are AF41 and shaped; pre-sync, recovery and degraded
+  transfers are CS1 (scavenger) and cannot hurt research. Without P3 (slurm-pr, static, no-admission)
+  all bulk flows share each link with research in proportion to demand (a bulk flow demands the 1 Gbit/s
+  line rate), which is how long TCP flows crowd out interactive traffic.
+- **GPU utilisation**: useful GPU-time (progress kept) / GPU-time from each job's first start to its end
+  (or the end of the trace). The paper's denominator (all lent GPU-time) is not recoverable from SPEC §6.
+- The simulator is event-driven with a 600 s control period (bandwidth samples, estimator updates, P1
+  re-plan, P3 re-admission); between events progress, durability and stalls are closed-form."""
+
+MODEL_NOTES = """- A running job alternates Δ of work with a synchronous checkpoint of C bytes written off the node at its
+  actual rate b (to a buddy node in the same building: the pre-sync); the checkpoint is durable when the
+  write ends. Emergency reclaim loses the progress since the last durable checkpoint; the replica holder
+  is where the recovery transfer starts (SPEC §3).
+- Scheduled reclaim: P1's final-checkpoint test (C/b + T_r ≤ τ with b = 70% of B⁻) decides whether the job
+  drains now and sends its final checkpoint straight to the P2 destination as a P3-admitted flow. If it
+  does not fit, the job keeps computing and is evicted at the deadline like an emergency (SPEC gives no
+  other action).
+- Estimators are the production `HazardEstimator` (groups = buildings) and `BandwidthEstimator` fed with
+  three noisy (sd 10%) samples of the available bandwidth per control period.
+- `static` = Lemma 1 at trace-wide means of λ and available bandwidth, first-fit, no P3; `tv-fixed` =
+  Lemma 1 at trace-wide hour-of-day means (Theorem 2's state-independent policy) with P2/P3;
+  `slurm-pr` = 10-minute checkpoints, notice ignored, requeue after 60 s, first fit, TCP;
+  `no-migration` = checkpoints to local disk only, the job waits for its node to come back;
+  ablation: P1 off = static interval + equal split, P2 off = first fit, P3 off = TCP sharing;
+  `informed` (not a SPEC §7 name) = ReclaimNet with P1 fed the true λ(t) and available bandwidth instead
+  of the estimators' λ⁺ and B⁻ (P2/P3 unchanged): what perfect estimates would buy.
+- Links are shared by both directions (no full-duplex split); a gang job runs on one node; jobs queue
+  FIFO with backfill and are first placed first-fit (the oracle: future-aware); pre-sync goes to a buddy
+  node in the same building over the source's access link.
+- Bandwidth and research demand are piecewise constant per 10-minute sample, so a P3-controlled link can
+  only hurt research when the shaped rates exceed the true residual (estimation error); pre-sync and
+  recovery transfers are CS1 and never do. Degradation under P3 is therefore close to 0 by construction
+  at this resolution; sub-sample bursts of research traffic are not modelled."""
+
+
+def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], abl_rows: list[dict],
+                 relaxed_rows: list[dict], ext_rows: list[dict], ext_names: list[str], paper: dict, predicted_gap: float,
+                 measured_gap: float, reconv_min: float, dip: float, haz_err: float | None, plots: list[str], ratio: float,
+                 vs_slurm: float, vs_static: float, success: float, degradation: float, no_adm_deg: float,
+                 runtime_s: float, quick: bool) -> Path:
+    """Write report.md into `out` and return its path."""
+    lines = ["# ReclaimNet trace-driven evaluation (issue 7)", ""]
+    if quick:
+        lines += ["**QUICK RUN** (10-day campus, no external traces): not the evaluation of record.", ""]
+    lines += ["Numbers marked **paper** are copied from SPEC §6 (the paper's 54-node, two-month deployment);",
+              "everything else is **measured** here by `scheduler.sim`, which drives the production",
+              "`scheduler.p1`, `scheduler.p2`, `scheduler.p3` and `scheduler.estimators` code.", "",
+              f"Runtime of this evaluation: {runtime_s:.0f} s.", "", "## Generated campus trace vs SPEC §6", "",
+              "| statistic | generated (measured) | target (paper) |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in stats]
+    lines += ["", "Deviation: SPEC §6's *mean ≈ 0.99/h per spot-priced GPU-h* cannot hold together with 847",
+              "departures over 54 nodes x 60 days (that is ≈ 0.011 departures per node-hour overall). The",
+              "generator matches the departure count, the emergency share and the diurnal/drift shape, so its",
+              "hazard level per lent node is far below 0.99/h; Young/Daly intervals are correspondingly long.",
+              "", "## Main comparison (measured)", "", _md(table, cols), "",
+              "## The paper's Table (paper, SPEC §6) next to the measured values", "",
+              "| policy | loss GPU-h paper / measured (lost-only) | median downtime s paper / measured | "
+              "success % paper / measured | degradation % paper / measured | util % paper / measured |",
+              "|---|---|---|---|---|---|"]
+    for row in table:
+        p = paper.get(row["policy"])
+        if p is None:
+            continue
+        lines.append(f"| {row['policy']} | {_fmt(p[0])} / {_fmt(row['work_lost_gpu_h'])} "
+                     f"({_fmt(row['lost_gpu_h'])}) | {_fmt(p[1])} / {_fmt(row['downtime_median_s'])} | "
+                     f"{_fmt(p[2])} / {_fmt(100 * row['migration_success'])} | {_fmt(p[3])} / "
+                     f"{_fmt(100 * row['traffic_degradation'])} | {_fmt(p[4])} / "
+                     f"{_fmt(100 * row['gpu_utilization'])} |")
+    checks = [
+        ("ReclaimNet work loss within 5% of the oracle (paper 7.7%)", f"ratio {ratio:.2f}", ratio <= 1.05),
+        ("≥ 66% below slurm-pr", _below(vs_slurm), vs_slurm >= 66),
+        ("≥ 38% below static Young/Daly", _below(vs_static), vs_static >= 38),
+        ("migration success > 91%", f"{success:.1f}%", success > 91),
+        ("research degradation < 3%", f"{degradation:.2f}%", degradation < 3),
+        ("no-admission degradation > 25%", f"{no_adm_deg:.1f}%", no_adm_deg > 25),
+        ("Theorem 2 gap measured within 1 point of predicted",
+         f"predicted {100 * predicted_gap:.2f}%, measured {100 * measured_gap:.2f}%",
+         abs(predicted_gap - measured_gap) < 0.01),
+        ("hazard re-convergence after the 1.7x step (paper 18 min)", f"{reconv_min:.0f} min",
+         reconv_min == reconv_min and reconv_min <= 18),
+    ]
+    lines += ["", "## Targets (issue 7) - reported, not asserted", "",
+              "The oracle is a strict lower bound (one local-disk write per reclaim that hits it, placement",
+              "that dodges most reclaims), so its loss is close to zero and the ratio is not comparable with the",
+              "paper's 7.7% (whose oracle evidently still checkpoints periodically); the `informed` row shows",
+              "ReclaimNet with perfect estimates.", "", "| target | measured | met |",
+              "|---|---|---|"]
+    lines += [f"| {a} | {b} | {'yes' if c else 'NO'} |" for a, b, c in checks]
+    lines += ["", f"Median relative error of the hazard estimate (campus mean vs generator truth, every 10 min): "
+              f"{_fmt(haz_err)}. After the 1.7x hazard step the estimate/truth ratio (3 h rolling median) fell to "
+              f"{_fmt(dip)} of its pre-step level and was back within 15% after {_fmt(reconv_min)} min "
+              "(n/a = not within the drift period; 0 = no dip below 85%).", "",
+              "Theorem 2: *predicted* = sqrt(E[λ]E[1/B]) / E[sqrt(λ/B)] - 1 over the 10-minute epochs of the",
+              "generated trace (true λ, campus-mean available access bandwidth); *measured* = simulated cost",
+              "(expected loss + stall) of the best fixed interval over that of Lemma 1 applied per epoch with",
+              "the true λ_t and B_t, for one 3.2 GB job running through the whole trace.", "",
+              "## Findings (measured)", "", *_findings(table, abl_rows, relaxed_rows), "",
+              "## Ablation (measured; 1 = on, order P1 P2 P3)", "", _md(abl_rows, cols), "",
+              "## Sensitivity: the same campus without loss budgets (measured)", "",
+              "Every job's L_max set to 1e9 s, so Eq. 9's upper bound 2·L_max no longer forces frequent",
+              "checkpoints (success is then trivially high: compare the loss columns only).", "",
+              _md(relaxed_rows, cols), "",
+              "## External traces (measured)", ""]
+    for e in ext_names:
+        rows = [r for r in ext_rows if r["trace"] == e]
+        lines += [f"### {e}", "", _md(rows, cols), ""]
+    lines += ["### How the external traces were mapped onto the campus model", "", (adapters.__doc__ or "").strip(), "",
+              "## Oracle", "", ORACLE_DEF, "", "## Definitions", "", DEFINITIONS, "", "## Model notes", "",
+              MODEL_NOTES, "", "## Plots", ""]
+    lines += [f"![{p}]({p})" for p in plots]
+    sign = {k: (f"-{v:.0f}" if v >= 0 else f"+{-v:.0f}") for k, v in (("s", vs_slurm), ("t", vs_static))}
+    lines += ["", f"evaluate: oracle ratio {ratio:.2f}, vs slurm-pr {sign['s']}%, vs static {sign['t']}%, "
+              f"success {success:.1f}%, degradation {degradation:.1f}%", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
