@@ -173,6 +173,16 @@ RECLAIMNET = {
     "RESERVE_FRACTION": 0.3,
 }
 
+# Celery beat runs P1 and the rest of the control tick every control period (SPEC §2). A tick that could not
+# run within its period is dropped, not queued: the next one re-reads everything.
+CELERY_BEAT_SCHEDULE = {
+    "control-tick": {
+        "task": "control.tick",
+        "schedule": RECLAIMNET["CONTROL_PERIOD_S"],
+        "options": {"expires": RECLAIMNET["CONTROL_PERIOD_S"]},
+    },
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

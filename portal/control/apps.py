@@ -1,3 +1,5 @@
+"""The app configuration of the control plane."""
+
 from django.apps import AppConfig
 
 
@@ -6,3 +8,4 @@ class ControlConfig(AppConfig):
 
     name = "portal.control"
     label = "control"
+

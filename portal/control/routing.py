@@ -1,7 +1,9 @@
-"""Websocket routes of the control plane (agents, live page updates)."""
+"""Websocket routes of the control plane (SPEC §1): node agents authenticate by token, no cookies."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-websocket_urlpatterns: list[URLPattern] = []
+from portal.control.consumers import AgentConsumer
+
+websocket_urlpatterns: list[URLPattern] = [path("ws/agent/", AgentConsumer.as_asgi())]

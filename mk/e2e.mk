@@ -1,0 +1,9 @@
+# `make e2e`: the end-to-end scenarios (daphne, Celery, three agents on loopback; tests/e2e) and the benchmark
+# (downtime split, control-plane latency with 500 simulated agents; scripts/bench_e2e.py).
+# The last line reads: e2e: scheduled PASS|FAIL, emergency PASS|FAIL, sigkill PASS|FAIL, control p99 X ms
+.PHONY: e2e
+
+e2e: venv services
+	@mkdir -p reports && rm -f reports/e2e_results.json
+	-env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m e2e tests/e2e
+	env $(RECLAIMNET_TESTING_ENV) $(PY) scripts/bench_e2e.py

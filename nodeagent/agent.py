@@ -1,0 +1,360 @@
+"""The node agent: websocket to the portal, heartbeats, job runner, checkpoint data plane (SPEC §1-§4).
+
+Messages are JSON objects with a ``type``; the portal's side of the protocol is ``portal/control/protocol.py``.
+Events that must not be lost (checkpoint done, job exited, transfer results) wait in an outbox while the
+websocket is down and are flushed on reconnect; heartbeats are not queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import signal
+import time
+from collections import deque
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+
+from nodeagent import jobkit
+from nodeagent.config import AgentConfig
+from nodeagent.edge import Edge
+from nodeagent.inventory import GpuInfo, inventory, utilisation
+from nodeagent.runner import RunningJob, start_job
+from nodeagent.telemetry import EgressSampler
+from nodeagent.transfer import Expected, Faults, Receiver, send_checkpoint, store_dir, token_hash
+
+log = logging.getLogger("nodeagent")
+
+AGENT_VERSION = "0.1.0"
+AUTH_CLOSE_CODES = {4401, 4403}  # the portal refused the token: retrying will not help
+
+
+class Agent:
+    """One node's agent. :meth:`run` loops forever: connect, serve the session, back off, reconnect."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.data_dir = config.data_dir.resolve()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.gpus: list[GpuInfo] = []
+        self.jobs: dict[str, RunningJob] = {}
+        self.outbox: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.ws: ClientConnection | None = None
+        self.node_id: int | None = None
+        self.heartbeat_interval_s = config.heartbeat_interval_s
+        self.edge = Edge(config.iface, config.enforcement, config.link_capacity_bytes_per_s)
+        self.egress = EgressSampler(config.iface)
+        self.receiver = Receiver(self.data_dir, self._on_received, self._on_rejected)
+        self.faults = Faults(self.data_dir / "faults.json")
+        self.data_addr: tuple[str, int] = ("", 0)
+        self.killswitch = False
+        self._deadline_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._seq = 0
+        self.stopping = asyncio.Event()
+        self.auth_refused = False
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Start the data server, take the inventory, then connect with exponential backoff + jitter."""
+        host, port = await self.receiver.start(self.config.data_host, self.config.data_port)
+        self.data_addr = (self.config.advertise_host or host, port)
+        self.gpus = inventory(self.config.simulate_gpus, self.config.token[-6:])
+        log.info("data server on %s:%d, %d GPU(s) (%s), edge %s", *self.data_addr, len(self.gpus),
+                 "simulated" if self.gpus and self.gpus[0].simulated else "NVML", self.edge.backend_name)
+        watcher = asyncio.create_task(self._watch_loop())
+        delay = self.config.reconnect_min_s
+        try:
+            while not self.stopping.is_set():
+                started = time.monotonic()
+                try:
+                    await self._session()
+                except (TimeoutError, OSError, websockets.WebSocketException) as exc:
+                    log.info("portal connection ended: %s", exc)
+                if self.auth_refused:
+                    log.error("the portal refused this agent's token; not reconnecting")
+                    return 3
+                if time.monotonic() - started > 5.0:
+                    delay = self.config.reconnect_min_s  # the session was healthy: start backoff over
+                sleep_s = delay * (0.5 + random.random())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), sleep_s)
+                delay = min(self.config.reconnect_max_s, delay * 2)
+        finally:
+            watcher.cancel()
+            await self.receiver.close()
+            self.edge.close()
+        return 0
+
+    async def _session(self) -> None:
+        """One websocket session.
+
+        1. Connect with the node token in the Authorization header (the portal closes 4401/4403 if refused).
+        2. Send hello (inventory, data address, running jobs), wait for welcome.
+        3. Flush the outbox, then run the heartbeat loop and the receive loop until the connection drops.
+        """
+        headers = {"Authorization": f"Bearer {self.config.token}"}
+        try:
+            ws = await connect(self.config.portal, additional_headers=headers, open_timeout=5,
+                               max_size=self.config.max_message_bytes * 16, ping_interval=20)
+        except websockets.InvalidStatus as exc:
+            if exc.response.status_code in (401, 403):
+                self.auth_refused = True
+            raise
+        self.ws = ws
+        try:
+            await ws.send(json.dumps(self._hello()))
+            welcome = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            if welcome.get("type") != "welcome":
+                raise websockets.ConnectionClosedError(None, None)
+            self.node_id = welcome.get("node_id")
+            self.heartbeat_interval_s = float(welcome.get("heartbeat_interval_s", self.heartbeat_interval_s))
+            if bool(welcome.get("killswitch")) != self.killswitch:  # the portal's view wins after a reconnect
+                await self._cmd_killswitch({"engaged": bool(welcome.get("killswitch")), "stop_jobs": True})
+            log.info("connected as node %s", self.node_id)
+            while self.outbox:
+                await ws.send(json.dumps(self.outbox[0]))
+                self.outbox.popleft()
+            hb = asyncio.create_task(self._heartbeat_loop(ws))
+            try:
+                async for raw in ws:
+                    await self._on_message(raw)
+            finally:
+                hb.cancel()
+        except websockets.ConnectionClosed as exc:
+            if exc.rcvd is not None and exc.rcvd.code in AUTH_CLOSE_CODES:
+                self.auth_refused = True
+            raise
+        finally:
+            self.ws = None
+            with contextlib.suppress(Exception):
+                await ws.close()
+
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "type": "hello",
+            "agent_version": AGENT_VERSION,
+            "gpus": [g.as_dict() for g in self.gpus],
+            "data_host": self.data_addr[0],
+            "data_port": self.data_addr[1],
+            "jobs": [{"job_id": int(j), "step": r.step()} for j, r in self.jobs.items() if j.isdigit()],
+            "edge_backend": self.edge.backend_name,
+        }
+
+    async def send(self, message: dict[str, Any], reliable: bool = True) -> None:
+        """Send now if connected; otherwise keep ``reliable`` messages for the next session."""
+        ws = self.ws
+        if ws is not None:
+            try:
+                await ws.send(json.dumps(message))
+                return
+            except websockets.ConnectionClosed:
+                pass
+        if reliable:
+            self.outbox.append(message)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- periodic -------------------------------------------------------------------------------------------
+    async def _heartbeat_loop(self, ws: ClientConnection) -> None:
+        while True:
+            self._seq += 1
+            busy = {g for r in self.jobs.values() for g in r.gpus}
+            await ws.send(json.dumps({
+                "type": "heartbeat",
+                "seq": self._seq,
+                "gpu_util": utilisation(self.gpus, busy),
+                "egress": self.edge.counters() or self.egress.drain(),
+                "jobs": [{"job_id": int(j), "step": r.step()} for j, r in self.jobs.items() if j.isdigit()],
+            }))
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def _watch_loop(self) -> None:
+        """Every 100 ms: sample egress, report new checkpoints (manifests) and exited jobs."""
+        while True:
+            await asyncio.sleep(0.1)
+            self.egress.sample()
+            for job_id, run in list(self.jobs.items()):
+                for manifest in jobkit.list_manifests(run.ckpt_dir):
+                    if manifest.sequence not in run.reported_sequences:
+                        run.reported_sequences.add(manifest.sequence)
+                        await self.send(self._checkpoint_message(job_id, manifest))
+                code = run.proc.poll()
+                if code is not None:
+                    del self.jobs[job_id]
+                    for manifest in jobkit.list_manifests(run.ckpt_dir):  # a final checkpoint written at exit
+                        if manifest.sequence not in run.reported_sequences:
+                            run.reported_sequences.add(manifest.sequence)
+                            await self.send(self._checkpoint_message(job_id, manifest))
+                    await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": code,
+                                     "step": run.step(), "result": run.result(),
+                                     "reason": run.stop_reason or ("completed" if code == 0 else "exited")})
+
+    @staticmethod
+    def _checkpoint_message(job_id: str, m: jobkit.Manifest) -> dict[str, Any]:
+        return {"type": "checkpoint_done", "job_id": int(job_id), "sequence": m.sequence, "step": m.step,
+                "size_bytes": m.size_bytes, "sha256": m.sha256, "taken_at": m.taken_at, "final": m.final,
+                "compat": m.compat}
+
+    # --- commands -------------------------------------------------------------------------------------------
+    async def _on_message(self, raw: str | bytes) -> None:
+        try:
+            msg = json.loads(raw)
+            kind = msg["type"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable message from the portal ignored")
+            return
+        handler = getattr(self, f"_cmd_{kind}", None)
+        if handler is None:
+            if kind != "error":
+                log.info("ignoring portal message %r", kind)
+            else:
+                log.warning("portal rejected a message: %s", msg.get("reason"))
+            return
+        if "cmd_id" in msg:
+            await self.send({"type": "ack", "cmd_id": msg["cmd_id"], "t": time.time()}, reliable=False)
+        try:
+            await handler(msg)
+        except Exception:
+            log.exception("command %s failed", kind)
+
+    def _compat(self, gpus: list[int]) -> dict[str, str]:
+        chosen = [g for g in self.gpus if g.index in gpus] or self.gpus
+        if not chosen:
+            return {}
+        g = chosen[0]
+        return {"gpu_model": g.model, "compute_capability": str(g.capability), "driver_version": g.driver_version,
+                "cuda_version": g.cuda_version}
+
+    async def _cmd_start_job(self, msg: dict[str, Any]) -> None:
+        job_id = str(msg["job_id"])
+        if job_id in self.jobs:
+            await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": None,
+                             "already_running": True})
+            return
+        if self.killswitch:
+            await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": -1, "step": 0,
+                             "result": {}, "reason": "killswitch engaged"})
+            return
+        restore = msg.get("restore_sequence")
+        if restore is not None:
+            ckpt = store_dir(self.data_dir, job_id)
+            manifests = {m.sequence: m for m in jobkit.list_manifests(ckpt)}
+            m = manifests.get(int(restore))
+            if m is None or m.sha256 != msg.get("restore_sha256") or not jobkit.verify(ckpt, m):
+                await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": -1, "step": 0,
+                                 "result": {}, "reason": "restore checkpoint missing or corrupt"})
+                return
+        run = start_job(
+            data_dir=self.data_dir, base_dir=self.config.base_dir, job_id=job_id, command=msg["command"],
+            gpus=list(msg.get("gpus", [])), interval_s=msg.get("interval_s"),
+            next_sequence=int(msg.get("next_sequence", 1)), restore_sequence=restore,
+            compat=self._compat(list(msg.get("gpus", []))), kill_with_agent=self.config.kill_jobs_on_agent_exit,
+        )
+        self.jobs[job_id] = run
+        await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": restore})
+
+    async def _cmd_checkpoint(self, msg: dict[str, Any]) -> None:
+        run = self.jobs.get(str(msg["job_id"]))
+        if run is not None:
+            run.stop_reason = "checkpointed for migration" if msg.get("final") else run.stop_reason
+            run.signal(signal.SIGUSR2 if msg.get("final") else signal.SIGUSR1)
+
+    async def _cmd_stop_job(self, msg: dict[str, Any]) -> None:
+        run = self.jobs.get(str(msg["job_id"]))
+        if run is not None:
+            run.stop_reason = str(msg.get("reason", "stopped"))
+            run.signal(signal.SIGKILL)
+
+    async def _cmd_set_interval(self, msg: dict[str, Any]) -> None:
+        run = self.jobs.get(str(msg["job_id"]))
+        if run is not None and msg.get("interval_s"):
+            run.set_interval(float(msg["interval_s"]))
+
+    async def _cmd_expect_checkpoint(self, msg: dict[str, Any]) -> None:
+        self.receiver.expect(Expected(
+            transfer_id=str(msg["transfer_id"]), token_hash=token_hash(str(msg["token"])),
+            job_id=str(msg["job_id"]), sequence=int(msg["sequence"]), sha256=str(msg["sha256"]),
+            size_bytes=int(msg["size_bytes"]), expires_at=time.time() + float(msg.get("expires_in_s", 600)),
+        ))
+
+    async def _cmd_send_checkpoint(self, msg: dict[str, Any]) -> None:
+        self._spawn(self._send_checkpoint(msg))
+
+    async def _send_checkpoint(self, msg: dict[str, Any]) -> None:
+        job_id, sequence = str(msg["job_id"]), int(msg["sequence"])
+        ckpt = store_dir(self.data_dir, job_id)
+        manifest = next((m for m in jobkit.list_manifests(ckpt) if m.sequence == sequence), None)
+        if manifest is None:
+            await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": False,
+                             "attempts": 0, "elapsed_s": 0.0, "errors": ["checkpoint not on this node"]})
+            return
+        result = await send_checkpoint(
+            host=str(msg["dest_host"]), port=int(msg["dest_port"]), transfer_id=str(msg["transfer_id"]),
+            token=str(msg["token"]), ckpt_path=ckpt / manifest.file,
+            manifest=json.loads(manifest.to_json()), rate_bytes_per_s=msg.get("rate_bytes_per_s"),
+            flow_class=str(msg.get("flow_class", "migration")), edge=self.edge, faults=self.faults,
+        )
+        await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": result.ok,
+                         "attempts": result.attempts, "elapsed_s": result.elapsed_s, "errors": result.errors[-5:]})
+
+    async def _on_received(self, transfer_id: str, manifest: dict[str, Any]) -> None:
+        await self.send({"type": "transfer_received", "transfer_id": transfer_id, "sha256": manifest["sha256"],
+                         "size_bytes": int(manifest["size_bytes"])})
+
+    async def _on_rejected(self, transfer_id: str, reason: str) -> None:
+        await self.send({"type": "transfer_rejected", "transfer_id": transfer_id, "reason": reason})
+
+    async def _cmd_drop_checkpoints(self, msg: dict[str, Any]) -> None:
+        """The portal no longer needs replicas of a job below ``keep_from`` (pre-sync garbage collection)."""
+        ckpt = store_dir(self.data_dir, str(msg["job_id"]))
+        for m in jobkit.list_manifests(ckpt):
+            if m.sequence < int(msg.get("keep_from", 0)) and str(msg["job_id"]) not in self.jobs:
+                for suffix in (jobkit.MANIFEST_SUFFIX, jobkit.DATA_SUFFIX):
+                    (ckpt / f"{jobkit.ckpt_stem(m.sequence)}{suffix}").unlink(missing_ok=True)
+
+    async def _cmd_reclaim_notice(self, msg: dict[str, Any]) -> None:
+        """Warn → drain → force (SPEC §1): whatever the portal manages, force at the deadline locally."""
+        if self._deadline_task is not None:
+            self._deadline_task.cancel()
+        delay_s = max(0.0, float(msg.get("deadline_in_s", 0.0)))
+        self._deadline_task = asyncio.create_task(self._force_at(delay_s))
+
+    async def _force_at(self, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        await self._engage_killswitch(stop_jobs=True, reason="reclaim deadline")
+
+    async def _cmd_killswitch(self, msg: dict[str, Any]) -> None:
+        if msg.get("engaged", True):
+            await self._engage_killswitch(stop_jobs=bool(msg.get("stop_jobs", True)), reason="kill-switch")
+        else:
+            self.killswitch = False
+            self.receiver.refuse_new = False
+            self.edge.killswitch(False)
+            if self._deadline_task is not None:
+                self._deadline_task.cancel()
+
+    async def _engage_killswitch(self, stop_jobs: bool, reason: str) -> None:
+        """Stop taking new work at once (kernel flag when present), then kill the jobs still running."""
+        self.killswitch = True
+        self.receiver.refuse_new = True
+        self.edge.killswitch(True, allow_ports=(self.data_addr[1],))
+        if stop_jobs:
+            for run in self.jobs.values():
+                run.stop_reason = run.stop_reason or reason
+                run.signal(signal.SIGKILL)
+        await self.send({"type": "killswitch_engaged", "reason": reason, "t": time.time()}, reliable=False)
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        ws = self.ws
+        if ws is not None:
+            self._spawn(ws.close())

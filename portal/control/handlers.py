@@ -1,0 +1,351 @@
+"""What the portal does with each agent message (SPEC §1-§4). Called by the consumer in a worker thread.
+
+Each handler checks that the message concerns this node (its job's open placement, a transfer it is party
+to) and raises :class:`RefusedError` otherwise — before changing anything. Facts are recorded here; the workflow
+steps they unblock run as Celery tasks after commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from portal.control import commands
+from portal.control.models import (
+    AgentSession,
+    MigrationPhase,
+    MigrationWork,
+    RejectedMessage,
+    Transfer,
+    TransferPurpose,
+    TransferState,
+)
+from portal.control.protocol import (
+    CheckpointDone,
+    Heartbeat,
+    Hello,
+    JobExited,
+    JobStarted,
+    TransferReceived,
+    TransferRejected,
+    TransferSent,
+    Welcome,
+)
+from portal.control.workflow import (
+    close_placement,
+    finish_started,
+    job_groups,
+    open_placement,
+    publish_after_commit,
+    runtime,
+)
+from portal.core.lifecycle import jobs as job_lifecycle
+from portal.core.lifecycle import nodes as node_lifecycle
+from portal.core.lifecycle.jobs import JobState
+from portal.core.lifecycle.nodes import NodeState
+from portal.core.models import BandwidthSample, Checkpoint, Gpu, Job, Node
+from portal.core.models.nodes import hash_agent_token
+
+log = logging.getLogger(__name__)
+
+
+class RefusedError(Exception):
+    """The message is refused (wrong node, unknown object, inconsistent data); nothing was changed."""
+
+
+def authenticate(token: str) -> int | None:
+    """The node id for an agent token, or None if unknown or revoked."""
+    node = Node.objects.filter(agent_token_hash=hash_agent_token(token)).first()
+    if node is None or not node.check_agent_token(token) or node.state == NodeState.RETIRED:
+        return None
+    return node.pk
+
+
+def record_rejection(node_id: int | None, reason: str, kind: str) -> None:
+    RejectedMessage.objects.create(node_id=node_id, reason=reason[:300], message_type=kind[:64])
+
+
+def open_session(node_id: int, channel_name: str, remote: str) -> int:
+    """Record a new session; older sessions of the node still marked open (a portal that died without closing
+    them, or a connection superseded by this one) are closed, so their data addresses are never used."""
+    AgentSession.objects.filter(node_id=node_id, closed_at__isnull=True).update(closed_at=timezone.now(),
+                                                                               close_reason="superseded")
+    return AgentSession.objects.create(node_id=node_id, channel_name=channel_name, remote_addr=remote[:64]).pk
+
+
+def close_session(session_id: int | None, reason: str) -> None:
+    if session_id is not None:
+        AgentSession.objects.filter(pk=session_id, closed_at__isnull=True).update(closed_at=timezone.now(),
+                                                                                 close_reason=reason[:200])
+
+
+def _decimal(value: Any) -> Decimal:
+    try:
+        return Decimal(str(value)).quantize(Decimal("0.1"))
+    except (InvalidOperation, ValueError):
+        return Decimal("0")
+
+
+def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
+    """Agent connected: record its data address and inventory, bring the node online, reconcile jobs.
+
+    1. Session: data address, version, edge backend.
+    2. Inventory: create GPU rows the portal does not know yet (same path for NVML and simulated GPUs).
+    3. Node registered/offline → online (lifecycle).
+    4. Jobs the agent runs that are not placed there are stopped; jobs placed there that it no longer runs
+       (agent restarted) are recovered from their replicas.
+    """
+    with transaction.atomic():
+        AgentSession.objects.filter(pk=session_id).update(
+            data_host=msg["data_host"][:255], data_port=msg["data_port"], agent_version=msg["agent_version"][:32],
+            edge_backend=str(msg.get("edge_backend", ""))[:32])
+        node = Node.objects.select_for_update().get(pk=node_id)
+        known = {g.index: g for g in node.gpus.all()}
+        for gpu in msg["gpus"][:64]:
+            if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
+                continue
+            fields = {"model": str(gpu.get("model", ""))[:64], "uuid": str(gpu.get("uuid", ""))[:64],
+                      "driver_version": str(gpu.get("driver_version", ""))[:32],
+                      "cuda_version": str(gpu.get("cuda_version", ""))[:16]}
+            if gpu["index"] in known:
+                Gpu.objects.filter(pk=known[gpu["index"]].pk).update(
+                    uuid=fields["uuid"], driver_version=fields["driver_version"], cuda_version=fields["cuda_version"])
+            else:
+                Gpu.objects.create(node=node, index=gpu["index"], vram_gb=max(0.5, float(gpu.get("vram_gb", 1))),
+                                   compute_capability=_decimal(gpu.get("capability", 0)), **fields)
+        Node.objects.filter(pk=node_id).update(last_heartbeat_at=timezone.now(),
+                                               enforcement_backend=str(msg.get("edge_backend", ""))[:32])
+        if node.state in (NodeState.REGISTERED, NodeState.OFFLINE) and node_lifecycle.can(node, NodeState.ONLINE):
+            node_lifecycle.come_online(node)
+            publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "node.state",
+                                 node_id=node.pk, state=node.state)
+        reported = {int(j["job_id"]) for j in msg["jobs"]}
+        placed = set(Job.objects.filter(placements__node_id=node_id, placements__ended_at__isnull=True,
+                                        state__in=[JobState.RUNNING, JobState.MIGRATING, JobState.QUEUED])
+                     .values_list("pk", flat=True))
+        for job_id in reported - placed:
+            commands.send(node_id, "stop_job", job_id=job_id, reason="not placed here")
+        lost = [j for j in placed - reported
+                if Job.objects.filter(pk=j, state=JobState.RUNNING).exists()]
+        if lost:
+            from portal.control.tasks import (
+                recover_lost_jobs,
+            )
+
+            transaction.on_commit(lambda: recover_lost_jobs.delay(node_id, sorted(lost)))
+    node.refresh_from_db()
+    return {"type": "welcome", "node_id": node_id,
+            "heartbeat_interval_s": settings.RECLAIMNET["HEARTBEAT_INTERVAL_S"],
+            "killswitch": bool(node.killswitch_engaged or node.state == NodeState.RECLAIMED)}
+
+
+def _job_on_node(node_id: int, job_id: int) -> Job:
+    """The job, if its open placement is on this node; otherwise the message is for another node's job."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        raise RefusedError(f"unknown job {job_id}")
+    placement = open_placement(job)
+    if placement is None or placement.node_id != node_id:
+        raise RefusedError(f"job {job_id} is not placed on this node")
+    return job
+
+
+def heartbeat(node_id: int, msg: Heartbeat) -> None:
+    now = timezone.now()
+    Node.objects.filter(pk=node_id).update(last_heartbeat_at=now)
+    node = Node.objects.get(pk=node_id)
+    if node.state == NodeState.OFFLINE:
+        node_lifecycle.come_online(node)
+    steps = {int(j["job_id"]): int(j.get("step", 0)) for j in msg["jobs"]}
+    if steps:
+        mine = set(Job.objects.filter(pk__in=steps, placements__node_id=node_id,
+                                      placements__ended_at__isnull=True).values_list("pk", flat=True))
+        for job_id in mine:
+            Job.objects.filter(pk=job_id).update(progress_step=steps[job_id])
+    egress = msg["egress"]
+    period = dt.timedelta(seconds=settings.RECLAIMNET["CONTROL_PERIOD_S"])
+    if node.access_link_id and isinstance(egress.get("mean_bytes_per_s"), int | float):
+        last = BandwidthSample.objects.filter(node_id=node_id).order_by("-sampled_at").values_list(
+            "sampled_at", flat=True).first()
+        if last is None or now - last >= period:
+            BandwidthSample.objects.create(link_id=node.access_link_id, node_id=node_id, sampled_at=now,
+                                           bytes_per_s=float(egress["mean_bytes_per_s"]))
+
+
+def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:
+    """A checkpoint was completed on this node: record it, pre-sync it, or let a waiting migration move on."""
+    from portal.control.tasks import advance_migration, presync_checkpoint
+
+    job = _job_on_node(node_id, msg["job_id"])
+    compat = msg["compat"]
+    existing = Checkpoint.objects.filter(job=job, sequence=msg["sequence"]).first()
+    if existing is not None and existing.sha256 != msg["sha256"]:
+        raise RefusedError(f"checkpoint {msg['sequence']} of job {job.pk} already recorded with another sha256")
+    if existing is None:
+        existing = Checkpoint.objects.create(
+            job=job, sequence=msg["sequence"], node_id=node_id, step=msg["step"], size_bytes=msg["size_bytes"],
+            sha256=msg["sha256"], taken_at=dt.datetime.fromtimestamp(float(msg["taken_at"]), tz=dt.UTC),
+            completed_at=timezone.now(), gpu_model=str(compat.get("gpu_model", ""))[:64],
+            compute_capability=_decimal(compat["compute_capability"]) if compat.get("compute_capability") else None,
+            driver_version=str(compat.get("driver_version", ""))[:32],
+            cuda_version=str(compat.get("cuda_version", ""))[:16],
+            framework=str(compat.get("framework", ""))[:64],
+            framework_version=str(compat.get("framework_version", ""))[:32],
+        )
+    Job.objects.filter(pk=job.pk).update(progress_step=msg["step"])
+    publish_after_commit(job_groups(job), "checkpoint", job_id=job.pk, sequence=existing.sequence,
+                         step=existing.step, final=msg["final"])
+    ckpt_id = existing.pk
+    if msg["final"]:
+        work = MigrationWork.objects.filter(migration__job=job, phase=MigrationPhase.CHECKPOINTING).first()
+        if work is not None:
+            MigrationWork.objects.filter(pk=work.pk, restore_sequence__isnull=True).update(
+                restore_sequence=existing.sequence, checkpointed_at=timezone.now())
+            Checkpoint.objects.filter(pk=existing.pk).update(completed_at=timezone.now())
+            mig_id = work.migration_id
+            transaction.on_commit(lambda: advance_migration.delay(mig_id))
+            return
+    if job.state == JobState.RUNNING:
+        transaction.on_commit(lambda: presync_checkpoint.delay(ckpt_id))
+
+
+def _transfer_for(node_id: int, transfer_id: str, role: str) -> Transfer:
+    try:
+        transfer = Transfer.objects.select_related("checkpoint").get(transfer_id=transfer_id)
+    except (Transfer.DoesNotExist, ValueError, Exception) as exc:
+        if isinstance(exc, RefusedError):
+            raise
+        raise RefusedError(f"unknown transfer {transfer_id[:40]}") from None
+    if getattr(transfer, f"{role}_id") != node_id:
+        raise RefusedError(f"transfer {transfer_id} does not involve this node as {role}")
+    return transfer
+
+
+def transfer_received(node_id: int, msg: TransferReceived) -> None:
+    """The receiver verified the sha256: the checkpoint has a replica here; a migration may start."""
+    from portal.control.tasks import advance_migration
+
+    transfer = _transfer_for(node_id, msg["transfer_id"], "destination")
+    ckpt = transfer.checkpoint
+    if msg["sha256"] != ckpt.sha256 or msg["size_bytes"] != ckpt.size_bytes:
+        raise RefusedError("received checkpoint does not match the recorded sha256/size")
+    updated = Transfer.objects.filter(pk=transfer.pk, state=TransferState.ISSUED).update(
+        state=TransferState.RECEIVED, finished_at=timezone.now())
+    if not updated:
+        return
+    ckpt.replica_nodes.add(node_id)
+    if transfer.purpose == TransferPurpose.PRESYNC:
+        rt = runtime(transfer.job)
+        rt.replica_node_id = node_id
+        rt.save(update_fields=["replica_node"])
+        older = Checkpoint.objects.filter(job=transfer.job, sequence__lt=ckpt.sequence - 1, replica_nodes=node_id)
+        for old in older:
+            old.replica_nodes.remove(node_id)
+        commands.send(node_id, "drop_checkpoints", job_id=transfer.job_id, keep_from=ckpt.sequence - 1)
+    if transfer.migration_id is not None:
+        mig_id = transfer.migration_id
+        transaction.on_commit(lambda: advance_migration.delay(mig_id))
+
+
+def transfer_sent(node_id: int, msg: TransferSent) -> None:
+    """The sender's report (attempts, errors); a failed planned/emergency copy sends its migration on."""
+    from portal.control.tasks import advance_migration
+
+    transfer = _transfer_for(node_id, msg["transfer_id"], "source")
+    errors = [str(e)[:200] for e in msg["errors"][:10]]
+    Transfer.objects.filter(pk=transfer.pk).update(attempts=msg["attempts"], sender_elapsed_s=msg["elapsed_s"],
+                                                   errors=(transfer.errors or []) + errors)
+    if msg["ok"]:
+        return
+    updated = Transfer.objects.filter(pk=transfer.pk, state=TransferState.ISSUED).update(
+        state=TransferState.FAILED, finished_at=timezone.now())
+    if updated and transfer.migration_id is not None:
+        mig_id = transfer.migration_id
+        transaction.on_commit(lambda: advance_migration.delay(mig_id))
+
+
+def transfer_rejected(node_id: int, msg: TransferRejected) -> None:
+    transfer = _transfer_for(node_id, msg["transfer_id"], "destination")
+    Transfer.objects.filter(pk=transfer.pk).update(
+        errors=(transfer.errors or []) + [f"receiver: {msg['reason'][:200]}"])
+
+
+def job_started(node_id: int, msg: JobStarted) -> None:
+    """The agent started the job: queued/migrating → running; a migration in its last phase is done."""
+    from portal.control.tasks import release_reclaims
+
+    job = _job_on_node(node_id, msg["job_id"])
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state in (JobState.QUEUED, JobState.MIGRATING):
+        job_lifecycle.start(job)
+    work = finish_started(job, node_id)
+    publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state, node_id=node_id)
+    if work is not None:
+        transaction.on_commit(lambda: release_reclaims.delay())
+
+
+def job_exited(node_id: int, msg: JobExited) -> None:
+    """The job process ended on this node.
+
+    A job that left for a migration (final checkpoint, kill-switch) just frees its GPUs; a running job that
+    exited 0 is completed with its result; any other exit of a running job fails it.
+    """
+    job = Job.objects.filter(pk=msg["job_id"]).first()
+    if job is None:
+        raise RefusedError(f"unknown job {msg['job_id']}")
+    placement = open_placement(job)
+    if placement is None or placement.node_id != node_id:
+        # Not (or no longer) placed here: only a stale report of a job we moved away; nothing to change.
+        if not job.placements.filter(node_id=node_id).exists():
+            raise RefusedError(f"job {job.pk} was never placed on this node")
+        return
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    rt = runtime(job)
+    rt.returncode = msg["returncode"]
+    rt.last_step = msg["step"]
+    rt.result_sha256 = str(msg["result"].get("weights_sha256", ""))[:64]
+    rt.save(update_fields=["returncode", "last_step", "result_sha256"])
+    if job.state == JobState.RUNNING and msg["returncode"] == 0:
+        close_placement(job, "completed")
+        Job.objects.filter(pk=job.pk).update(progress_step=msg["step"])
+        job_lifecycle.complete(job)
+    elif job.state == JobState.RUNNING and not _stopped_by_us(node_id):
+        close_placement(job, "failed")
+        job_lifecycle.fail(job, f"exit code {msg['returncode']}: {msg['reason']}")
+    elif job.state == JobState.QUEUED:
+        close_placement(job, "start failed")
+    else:
+        return
+    publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state)
+
+
+def _stopped_by_us(node_id: int) -> bool:
+    node = Node.objects.get(pk=node_id)
+    return node.state in (NodeState.DRAINING, NodeState.RECLAIMED) or node.killswitch_engaged
+
+
+HANDLERS: dict[str, Callable[[int, Any], None]] = {
+    "heartbeat": heartbeat,
+    "checkpoint_done": checkpoint_done,
+    "transfer_received": transfer_received,
+    "transfer_sent": transfer_sent,
+    "transfer_rejected": transfer_rejected,
+    "job_started": job_started,
+    "job_exited": job_exited,
+}
+
+
+def handle(node_id: int, kind: str, msg: dict[str, Any]) -> None:
+    """Run the handler for ``kind`` in one transaction (a RefusedError rolls everything back)."""
+    fn = HANDLERS.get(kind)
+    if fn is None:
+        return  # ack, killswitch_engaged: informational
+    with transaction.atomic():
+        fn(node_id, msg)

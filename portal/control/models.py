@@ -1,0 +1,164 @@
+"""Control-plane state kept beside the core model (SPEC §1-§4): agent sessions, transfers, migration progress.
+
+Nothing here is a lifecycle state of a core object: jobs and nodes move only through ``portal.core.lifecycle``.
+These rows record what the control plane asked agents to do and what they reported, so every task can re-read
+them and act idempotently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+
+from django.db import models
+
+
+class AgentSession(models.Model):
+    """One websocket connection of a node agent."""
+
+    node = models.ForeignKey("core.Node", on_delete=models.CASCADE, related_name="agent_sessions")
+    channel_name = models.CharField(max_length=200)
+    connected_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_reason = models.CharField(max_length=200, blank=True, default="")
+    agent_version = models.CharField(max_length=32, blank=True, default="")
+    data_host = models.CharField(max_length=255, blank=True, default="")
+    data_port = models.PositiveIntegerField(null=True, blank=True)
+    edge_backend = models.CharField(max_length=32, blank=True, default="")
+    remote_addr = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["-connected_at", "-id"]
+        indexes = [models.Index(fields=["node", "closed_at"])]
+
+    def __str__(self) -> str:
+        return f"agent session {self.pk} of node {self.node_id}"
+
+
+class TransferPurpose(models.TextChoices):
+    PRESYNC = "presync", "checkpoint pre-sync (CS1)"
+    MIGRATION = "migration", "planned migration (AF41)"
+    EMERGENCY = "emergency", "emergency recovery (EF)"
+
+
+class TransferState(models.TextChoices):
+    ISSUED = "issued", "issued"
+    RECEIVED = "received", "received and verified"
+    FAILED = "failed", "failed"
+
+
+def new_transfer_token() -> str:
+    return "rnt_" + secrets.token_urlsafe(24)
+
+
+def hash_transfer_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Transfer(models.Model):
+    """One agent-to-agent checkpoint copy, authorised by a per-transfer token (stored hashed)."""
+
+    transfer_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    job = models.ForeignKey("core.Job", on_delete=models.CASCADE, related_name="transfers")
+    checkpoint = models.ForeignKey("core.Checkpoint", on_delete=models.CASCADE, related_name="transfers")
+    migration = models.ForeignKey(
+        "core.Migration", null=True, blank=True, on_delete=models.SET_NULL, related_name="transfers"
+    )
+    source = models.ForeignKey("core.Node", on_delete=models.CASCADE, related_name="transfers_out")
+    destination = models.ForeignKey("core.Node", on_delete=models.CASCADE, related_name="transfers_in")
+    purpose = models.CharField(max_length=16, choices=TransferPurpose.choices)
+    token_hash = models.CharField(max_length=64)
+    rate_bytes_per_s = models.FloatField(null=True, blank=True)
+    dscp = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=TransferState.choices, default=TransferState.ISSUED)
+    attempts = models.PositiveIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True)
+    sender_elapsed_s = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "purpose"])]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} transfer {self.transfer_id}"
+
+
+class MigrationPhase(models.TextChoices):
+    CHECKPOINTING = "checkpointing", "waiting for the final checkpoint"
+    WAITING = "waiting", "waiting for a destination"
+    TRANSFERRING = "transferring", "moving the checkpoint"
+    STARTING = "starting", "starting on the destination"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class MigrationWork(models.Model):
+    """Progress of one core ``Migration`` through warn → final checkpoint → transfer → resume (SPEC §1).
+
+    The timestamps split the downtime into decision, checkpoint, transfer and restart (benchmark).
+    """
+
+    migration = models.OneToOneField("core.Migration", on_delete=models.CASCADE, related_name="work")
+    phase = models.CharField(max_length=16, choices=MigrationPhase.choices)
+    restore_sequence = models.PositiveIntegerField(null=True, blank=True)
+    ckpt_holder = models.ForeignKey("core.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    p2_decision_id = models.UUIDField(null=True, blank=True)
+    p3_decision_id = models.UUIDField(null=True, blank=True)
+    requested_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    checkpointed_at = models.DateTimeField(null=True, blank=True)
+    transferred_at = models.DateTimeField(null=True, blank=True)
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    detail = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"migration {self.migration_id}: {self.phase}"
+
+
+class JobRuntime(models.Model):
+    """What the agents last reported about a job, and its pre-sync holder."""
+
+    job = models.OneToOneField("core.Job", on_delete=models.CASCADE, related_name="runtime")
+    replica_node = models.ForeignKey("core.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    last_step = models.BigIntegerField(default=0)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    result_sha256 = models.CharField(max_length=64, blank=True, default="")
+    returncode = models.IntegerField(null=True, blank=True)
+    interval_sent_s = models.FloatField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"runtime of job {self.job_id}"
+
+
+class ReclaimWork(models.Model):
+    """Once-only claims on a reclaim's steps (conditional updates on these columns)."""
+
+    reclaim = models.OneToOneField("core.ReclaimEvent", on_delete=models.CASCADE, related_name="work")
+    planned_at = models.DateTimeField(null=True, blank=True)
+    forced_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"work of reclaim {self.reclaim_id}"
+
+
+class RejectedMessage(models.Model):
+    """A websocket message refused by the consumer, with the reason (SPEC §1 identity; refusal audit)."""
+
+    node = models.ForeignKey("core.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    reason = models.CharField(max_length=300)
+    message_type = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"refused {self.message_type or 'message'} from node {self.node_id}: {self.reason}"

@@ -1,0 +1,182 @@
+"""The agent websocket protocol (portal side): TypedDict payloads and their validation (SPEC §1-§4).
+
+Every message is a JSON object with a ``type``. :func:`validate` checks an agent message's shape (types of
+required fields, bounded sizes) before any handler runs; a :class:`ProtocolError` names what was wrong and the
+consumer rejects the message without changing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal, NotRequired, TypedDict
+
+MAX_MESSAGE_BYTES = 64 * 1024
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ProtocolError(ValueError):
+    """A message was refused; ``reason`` says why."""
+
+
+# --- agent → portal -----------------------------------------------------------------------------------------
+class JobStep(TypedDict):
+    job_id: int
+    step: int
+
+
+class Hello(TypedDict):
+    type: Literal["hello"]
+    token: NotRequired[str]
+    agent_version: str
+    gpus: list[dict[str, Any]]
+    data_host: str
+    data_port: int
+    jobs: list[JobStep]
+    edge_backend: NotRequired[str]
+
+
+class Heartbeat(TypedDict):
+    type: Literal["heartbeat"]
+    seq: int
+    gpu_util: list[float]
+    egress: dict[str, Any]
+    jobs: list[JobStep]
+
+
+class CheckpointDone(TypedDict):
+    type: Literal["checkpoint_done"]
+    job_id: int
+    sequence: int
+    step: int
+    size_bytes: int
+    sha256: str
+    taken_at: float
+    final: bool
+    compat: dict[str, str]
+
+
+class TransferReceived(TypedDict):
+    type: Literal["transfer_received"]
+    transfer_id: str
+    sha256: str
+    size_bytes: int
+
+
+class TransferSent(TypedDict):
+    type: Literal["transfer_sent"]
+    transfer_id: str
+    ok: bool
+    attempts: int
+    elapsed_s: float
+    errors: list[str]
+
+
+class TransferRejected(TypedDict):
+    type: Literal["transfer_rejected"]
+    transfer_id: str
+    reason: str
+
+
+class JobStarted(TypedDict):
+    type: Literal["job_started"]
+    job_id: int
+    restored_sequence: int | None
+
+
+class JobExited(TypedDict):
+    type: Literal["job_exited"]
+    job_id: int
+    returncode: int
+    step: int
+    result: dict[str, Any]
+    reason: str
+
+
+class Ack(TypedDict):
+    type: Literal["ack"]
+    cmd_id: str
+    t: float
+
+
+class KillswitchEngaged(TypedDict):
+    type: Literal["killswitch_engaged"]
+    reason: str
+    t: float
+
+
+# --- portal → agent (built in portal.control.commands) --------------------------------------------------------
+class Welcome(TypedDict):
+    type: Literal["welcome"]
+    node_id: int
+    heartbeat_interval_s: float
+    killswitch: bool
+
+
+class ErrorReply(TypedDict):
+    type: Literal["error"]
+    reason: str
+
+
+_NUM = (int, float)
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "hello": {"agent_version": str, "gpus": list, "data_host": str, "data_port": int, "jobs": list},
+    "heartbeat": {"seq": int, "gpu_util": list, "egress": dict, "jobs": list},
+    "checkpoint_done": {"job_id": int, "sequence": int, "step": int, "size_bytes": int, "sha256": str,
+                        "taken_at": _NUM, "final": bool, "compat": dict},
+    "transfer_received": {"transfer_id": str, "sha256": str, "size_bytes": int},
+    "transfer_sent": {"transfer_id": str, "ok": bool, "attempts": int, "elapsed_s": _NUM, "errors": list},
+    "transfer_rejected": {"transfer_id": str, "reason": str},
+    "job_started": {"job_id": int},
+    "job_exited": {"job_id": int, "returncode": int, "step": int, "result": dict, "reason": str},
+    "ack": {"cmd_id": str, "t": _NUM},
+    "killswitch_engaged": {"reason": str, "t": _NUM},
+}
+MAX_LIST_ITEMS = 256
+
+
+def _check_job_steps(items: list[Any]) -> None:
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("job_id"), int) or isinstance(item["job_id"], bool):
+            raise ProtocolError("jobs: each item needs an integer job_id")
+        if not isinstance(item.get("step", 0), int):
+            raise ProtocolError("jobs: step must be an integer")
+
+
+def decode(text: str | None, bytes_data: bytes | None) -> dict[str, Any]:
+    """Parse one websocket frame into a message object, refusing oversized and non-JSON frames."""
+    if text is None:
+        raise ProtocolError("binary frames are not accepted")
+    if len(text.encode()) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message larger than {MAX_MESSAGE_BYTES} bytes")
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise ProtocolError(f"not JSON: {exc.__class__.__name__}") from exc
+    if not isinstance(obj, dict):
+        raise ProtocolError("message is not a JSON object")
+    return obj
+
+
+def validate(msg: dict[str, Any]) -> str:
+    """Check ``msg`` against its type's schema; return the type. Raises :class:`ProtocolError`."""
+    kind = msg.get("type")
+    if not isinstance(kind, str) or kind not in SCHEMAS:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    for name, typ in SCHEMAS[kind].items():
+        value = msg.get(name)
+        if value is None or not isinstance(value, typ) or (isinstance(value, bool) and typ in (int, _NUM)):
+            raise ProtocolError(f"{kind}.{name}: missing or not {getattr(typ, '__name__', 'a number')}")
+        if isinstance(value, list) and len(value) > MAX_LIST_ITEMS:
+            raise ProtocolError(f"{kind}.{name}: more than {MAX_LIST_ITEMS} items")
+    if "jobs" in SCHEMAS[kind]:
+        _check_job_steps(msg["jobs"])
+    if "sha256" in SCHEMAS[kind] and not HEX64.match(msg["sha256"]):
+        raise ProtocolError(f"{kind}.sha256: not 64 lowercase hex digits")
+    if kind in ("checkpoint_done", "transfer_received") and msg["size_bytes"] <= 0:
+        raise ProtocolError(f"{kind}.size_bytes: must be > 0")
+    if kind == "checkpoint_done" and msg["sequence"] < 1:
+        raise ProtocolError("checkpoint_done.sequence: must be >= 1")
+    if kind == "hello" and not 0 < msg["data_port"] < 65536:
+        raise ProtocolError("hello.data_port: out of range")
+    return kind

@@ -1,0 +1,275 @@
+"""Reclaim workflows (SPEC §1 warn → drain → force; §3 P2; §4 P3): scheduled, emergency, kill-switch, lost node.
+
+Each entry point claims its step once with a conditional UPDATE on ``ReclaimWork`` (so a redelivered Celery
+task or a concurrent tick does nothing twice) and moves nodes and jobs only through the lifecycles.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import numpy as np
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.control import commands
+from portal.control.models import MigrationPhase, MigrationWork, ReclaimWork
+from portal.control.state import Campus, build_p2, load_campus, p2_view
+from portal.control.workflow import (
+    ckpt_bytes_of,
+    job_groups,
+    log_decision,
+    publish_after_commit,
+    recover_from_replica,
+    rn,
+)
+from portal.core.lifecycle import jobs as job_lifecycle
+from portal.core.lifecycle import nodes as node_lifecycle
+from portal.core.lifecycle.jobs import JobState
+from portal.core.lifecycle.nodes import NodeState
+from portal.core.models import (
+    Job,
+    Migration,
+    MigrationMode,
+    Node,
+    ReclaimEvent,
+    ReclaimKind,
+    ReclaimOutcome,
+)
+from scheduler.p2 import select_destination
+from scheduler.p3 import DSCP, P3Flows, admit_flows_on_paths
+
+log = logging.getLogger(__name__)
+
+ACTIVE_PHASES = (MigrationPhase.CHECKPOINTING, MigrationPhase.TRANSFERRING)
+
+
+def _claim(reclaim_id: int, column: str, extra: Q | None = None) -> bool:
+    """Set ``ReclaimWork.<column>`` once; True for the one caller that did it."""
+    ReclaimWork.objects.get_or_create(reclaim_id=reclaim_id)
+    q = Q(reclaim_id=reclaim_id, **{f"{column}__isnull": True})
+    return ReclaimWork.objects.filter(q & (extra or Q())).update(**{column: timezone.now()}) == 1
+
+
+def _jobs_on(node_id: int) -> list[Job]:
+    return list(Job.objects.filter(placements__node_id=node_id, placements__ended_at__isnull=True,
+                                   state__in=[JobState.RUNNING, JobState.MIGRATING]).order_by("pk"))
+
+
+def _set_outcome(reclaim: ReclaimEvent, outcome: str, detail: str = "", finished: bool = False) -> None:
+    fields: dict[str, object] = {"outcome": outcome, "outcome_detail": detail[:500]}
+    if finished:
+        fields["finished_at"] = timezone.now()
+    ReclaimEvent.objects.filter(pk=reclaim.pk, finished_at__isnull=True).update(**fields)
+
+
+def run_reclaim(reclaim_id: int) -> str:
+    """Start the workflow of a reclaim the provider requested (or a lost node), exactly once."""
+    with transaction.atomic():
+        if not _claim(reclaim_id, "planned_at"):
+            return "already planned"
+        reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
+        node = reclaim.node
+        publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "reclaim",
+                             reclaim_id=reclaim.pk, node_id=node.pk, kind=reclaim.kind, notice_s=reclaim.notice_s)
+        if reclaim.kind == ReclaimKind.SCHEDULED:
+            return _plan_scheduled(reclaim)
+        return _emergency(reclaim)
+
+
+def _emergency(reclaim: ReclaimEvent) -> str:
+    """τ = 0 (emergency, kill-switch, lost heartbeat): stop everything on the node now, resume every job from
+    its freshest pre-synced replica (SPEC §1, §3)."""
+    node = reclaim.node
+    if reclaim.kind != ReclaimKind.HEARTBEAT_LOST:  # a silent node is not the provider's yet: stop jobs only
+        commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
+    jobs = _jobs_on(node.pk)
+    moving = MigrationWork.objects.filter(migration__source=node, phase=MigrationPhase.CHECKPOINTING).exists()
+    campus = load_campus() if jobs or moving else None
+    for job in jobs:
+        work = (MigrationWork.objects.select_related("migration")
+                .filter(migration__job=job, phase__in=ACTIVE_PHASES).first())
+        recover_from_replica(job, node.pk, reclaim, reclaim.kind, work=work, campus=campus)
+    # Jobs mid-migration off this node whose checkpoint was still to be written here fall back too.
+    for work in MigrationWork.objects.select_related("migration").filter(
+        migration__source=node, phase=MigrationPhase.CHECKPOINTING
+    ):
+        job = Job.objects.get(pk=work.migration.job_id)
+        recover_from_replica(job, node.pk, reclaim, reclaim.kind, work=work, campus=campus)
+    outcome = ReclaimOutcome.DEGRADED if jobs else ReclaimOutcome.COMPLETED
+    _set_outcome(reclaim, outcome, f"{len(jobs)} job(s) resumed from pre-synced checkpoints", finished=True)
+    return outcome
+
+
+def _plan_scheduled(reclaim: ReclaimEvent) -> str:
+    """Scheduled reclaim: P2 + P3 for every job on the node, jointly with the other migrations in flight.
+
+    1. Warn the agent (it forces locally at the deadline whatever else happens).
+    2. P2 per job with τ = time left; P3 over all planned flows (new and in flight) on their paths.
+    3. Admitted with C/b + T_r ≤ τ → final checkpoint (planned migration); otherwise degraded recovery now.
+    4. Nothing to move → release the node at once.
+    """
+    node = reclaim.node
+    now = timezone.now()
+    tau = max(0.0, (reclaim.deadline_at - now).total_seconds())
+    commands.send(node.pk, "reclaim_notice", reclaim_id=reclaim.pk, deadline_in_s=tau)
+    _set_outcome(reclaim, ReclaimOutcome.DRAINING)
+    jobs = [j for j in _jobs_on(node.pk) if j.state == JobState.RUNNING]
+    if not jobs:
+        release(reclaim.pk)
+        return "released"
+    campus = load_campus()
+    plans = []
+    for job in jobs:
+        c_bytes = ckpt_bytes_of(job)
+        req, view = build_p2(campus, job, node.pk, node.pk, c_bytes, tau, None, rn("ALPHA"), rn("K_MIN"))
+        decision = select_destination(req)
+        response = p2_view(campus, decision)
+        decision_id = log_decision("p2", view, response, job=job, reclaim=reclaim)
+        dest = response["destination"]
+        if dest is not None:
+            campus.free_gpus[campus.index_of[dest]] -= job.gpu_count
+        plans.append((job, c_bytes, dest, decision_id))
+    admitted, rates, reasons, p3_id = _admit(campus, reclaim, tau, plans)
+    for (job, c_bytes, dest, decision_id), ok, rate, reason in zip(plans, admitted, rates, reasons, strict=True):
+        final_ok = ok and dest is not None and c_bytes / max(rate, 1e-9) + job.restart_s <= tau
+        if final_ok:
+            job_lifecycle.begin_migration(job)
+            mig = Migration.objects.create(job=job, reclaim=reclaim, source=node, destination_id=dest,
+                                           mode=MigrationMode.PLANNED, assigned_rate_bytes_per_s=rate,
+                                           dscp=DSCP["migration"], bytes=int(c_bytes))
+            MigrationWork.objects.create(migration=mig, phase=MigrationPhase.CHECKPOINTING,
+                                         requested_at=reclaim.requested_at, decided_at=timezone.now(),
+                                         p2_decision_id=decision_id, p3_decision_id=p3_id)
+            commands.send(node.pk, "checkpoint", job_id=job.pk, final=True)
+            publish_after_commit(job_groups(job, (node.pk, dest)), "migration", job_id=job.pk, mode="planned",
+                                 migration_id=mig.pk, destination=dest, rate_bytes_per_s=rate)
+        else:
+            why = reason or ("deadline" if dest is None else "notice")
+            recover_from_replica(job, node.pk, reclaim, why, campus=campus)
+    if not MigrationWork.objects.filter(migration__reclaim=reclaim, phase__in=ACTIVE_PHASES).exists():
+        release(reclaim.pk)
+    return "planned"
+
+
+def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
+           plans: list[tuple[Job, float, int | None, object]]) -> tuple[list[bool], list[float], list[str | None], object]:
+    """P3 over the new flows and every planned migration still moving (SPEC §4, admit_flows_on_paths)."""
+    now = timezone.now()
+    ids: list[str] = []
+    sizes: list[float] = []
+    notices: list[float] = []
+    restarts: list[float] = []
+    paths: list[np.ndarray] = []
+    for job, c_bytes, dest, _ in plans:
+        ids.append(f"job-{job.pk}")
+        sizes.append(c_bytes)
+        notices.append(tau if dest is not None else 0.0)
+        restarts.append(job.restart_s)
+        paths.append(campus.path_links(reclaim.node_id, dest) if dest is not None else np.zeros(0, np.int64))
+    for work in MigrationWork.objects.select_related("migration", "migration__reclaim", "migration__job").filter(
+        phase__in=ACTIVE_PHASES, migration__mode=MigrationMode.PLANNED
+    ).exclude(migration__reclaim=reclaim):
+        mig = work.migration
+        if mig.destination_id is None or mig.reclaim is None:
+            continue
+        ids.append(f"inflight-{mig.pk}")
+        sizes.append(float(mig.bytes or mig.job.ckpt_bytes_estimate))
+        notices.append(max(0.0, (mig.reclaim.deadline_at - now).total_seconds()))
+        restarts.append(mig.job.restart_s)
+        paths.append(campus.path_links(mig.source_id, mig.destination_id))
+    flows = P3Flows(ids=tuple(ids), bytes=np.array(sizes), notice_s=np.array(notices),
+                    restart_s=np.array(restarts), cap_bytes_per_s=np.full(len(ids), np.inf))
+    decision = admit_flows_on_paths(flows, campus.link_available_bytes_per_s, paths,
+                                    reserve_fraction=rn("RESERVE_FRACTION"))
+    request = {"links": [{"id": pk, "bytes_per_s": float(b)} for pk, b in
+                         zip(campus.link_pks, campus.link_available_bytes_per_s, strict=True)],
+               "reserve_fraction": rn("RESERVE_FRACTION"),
+               "flows": [{"id": i, "bytes": s, "notice_s": n, "restart_s": r, "links": [int(x) for x in p]}
+                         for i, s, n, r, p in zip(ids, sizes, notices, restarts, paths, strict=True)]}
+    response = {"admitted": [{"id": i, "min_rate": float(m), "rate": float(r)} for i, a, m, r in
+                             zip(ids, decision.admitted, decision.min_rate_bytes_per_s, decision.rate_bytes_per_s,
+                                 strict=True) if a],
+                "degraded": [{"id": i, "reason": why} for i, why in zip(ids, decision.degraded_reason, strict=True)
+                             if why]}
+    p3_id = log_decision("p3", request, response, reclaim=reclaim)
+    n = len(plans)
+    return ([bool(a) for a in decision.admitted[:n]], [float(r) for r in decision.rate_bytes_per_s[:n]],
+            list(decision.degraded_reason[:n]), p3_id)
+
+
+def release(reclaim_id: int) -> bool:
+    """The node has nothing left to send: give it back to the provider (draining → reclaimed), once."""
+    reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
+    if MigrationWork.objects.filter(migration__reclaim=reclaim, migration__source=reclaim.node,
+                                    phase__in=ACTIVE_PHASES).exists():
+        return False
+    if Job.objects.filter(placements__node=reclaim.node, placements__ended_at__isnull=True,
+                          state=JobState.RUNNING).exists():
+        return False
+    if not _claim(reclaim_id, "released_at"):
+        return False
+    node = Node.objects.select_for_update().get(pk=reclaim.node_id)
+    if node.state == NodeState.DRAINING:
+        node_lifecycle.reclaim(node)
+    commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
+    degraded = Migration.objects.filter(reclaim=reclaim, mode=MigrationMode.DEGRADED).exists()
+    outcome = ReclaimOutcome.DEGRADED if degraded else ReclaimOutcome.COMPLETED
+    _set_outcome(reclaim, outcome, "node drained", finished=True)
+    publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "node.state",
+                         node_id=node.pk, state=node.state, reclaim_id=reclaim.pk, outcome=outcome)
+    return True
+
+
+def enforce_deadline(reclaim_id: int) -> str:
+    """The provider always wins at the deadline (SPEC §1): kill-switch on, unfinished final checkpoints fall back
+    to the freshest replica, the node is reclaimed. Established transfers off the node may finish."""
+    with transaction.atomic():
+        reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
+        if reclaim.kind != ReclaimKind.SCHEDULED or reclaim.deadline_at > timezone.now():
+            return "not due"
+        if not _claim(reclaim_id, "forced_at", Q(reclaim__finished_at__isnull=True)):
+            return "already enforced or finished"
+        node = Node.objects.select_for_update().get(pk=reclaim.node_id)
+        commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
+        late = list(MigrationWork.objects.select_related("migration").filter(
+            migration__reclaim=reclaim, phase=MigrationPhase.CHECKPOINTING))
+        campus = load_campus() if late else None
+        for work in late:
+            job = Job.objects.get(pk=work.migration.job_id)
+            recover_from_replica(job, node.pk, reclaim, "deadline", work=work, campus=campus)
+        for job in _jobs_on(node.pk):
+            recover_from_replica(job, node.pk, reclaim, "deadline", campus=campus)
+        if node.state == NodeState.DRAINING:
+            node_lifecycle.reclaim(node)
+        ReclaimWork.objects.filter(reclaim_id=reclaim_id, released_at__isnull=True).update(released_at=timezone.now())
+        _set_outcome(reclaim, ReclaimOutcome.FORCED, f"{len(late)} job(s) not checkpointed by the deadline",
+                     finished=True)
+        return "forced"
+
+
+def node_lost(node_id: int) -> int | None:
+    """Heartbeat lost for longer than the timeout: the node is offline and its jobs recover from replicas.
+
+    Recorded as a ReclaimEvent of kind ``heartbeat_lost`` (notice 0) so it shows with the other departures.
+    """
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node_id)
+        if node.state == NodeState.ONLINE:
+            node_lifecycle.go_offline(node)
+        elif node.state == NodeState.DRAINING:
+            node_lifecycle.reclaim(node)
+        else:
+            return None
+        if not _jobs_on(node.pk) and not MigrationWork.objects.filter(
+            migration__source=node, phase=MigrationPhase.CHECKPOINTING
+        ).exists():
+            return None
+        now = timezone.now()
+        reclaim = ReclaimEvent.objects.create(node=node, kind=ReclaimKind.HEARTBEAT_LOST, notice_s=0.0,
+                                              deadline_at=now + dt.timedelta(seconds=0))
+        reclaim_id = reclaim.pk
+    run_reclaim(reclaim_id)
+    return reclaim_id

@@ -1,0 +1,117 @@
+"""Celery tasks of the control plane (SPEC §1-§4). JSON arguments (ids only), late acks, idempotent bodies.
+
+Each task re-reads its rows and claims its work with conditional updates (``ReclaimWork`` columns,
+``MigrationWork.phase`` under ``select_for_update``, lifecycle ``UPDATE … WHERE state = …``), so a redelivered
+or duplicated task does nothing twice. Lost races (``ConcurrentTransition``) are retried with backoff + jitter.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+from django.db import OperationalError, transaction
+
+from portal.control import commands, ticks, workflow
+from portal.control import reclaims as reclaim_flow
+from portal.core.lifecycle.base import ConcurrentTransition
+from portal.core.models import Job, Placement
+
+log = logging.getLogger(__name__)
+
+RETRY = {
+    "acks_late": True,
+    "autoretry_for": (ConcurrentTransition, OperationalError),
+    "retry_backoff": 0.2,
+    "retry_backoff_max": 5,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
+
+
+@shared_task(name="control.tick", ignore_result=True, **RETRY)
+def control_tick() -> dict[str, int]:
+    """Every control period (beat): lost heartbeats, deadlines, P1 intervals, placement, releases."""
+    return ticks.control_tick()
+
+
+@shared_task(name="control.place_job", ignore_result=True, **RETRY)
+def place_job(job_id: int) -> str:
+    return ticks.place_job(job_id)
+
+
+@shared_task(name="control.run_reclaim", ignore_result=True, **RETRY)
+def run_reclaim(reclaim_id: int) -> str:
+    """Plan a reclaim once; for scheduled ones also arm the deadline (the tick re-checks it too)."""
+    result = reclaim_flow.run_reclaim(reclaim_id)
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        from portal.core.models import ReclaimEvent
+
+        reclaim = ReclaimEvent.objects.filter(pk=reclaim_id).values_list("kind", "notice_s").first()
+        if reclaim is not None and reclaim[0] == "scheduled":
+            enforce_deadline.apply_async((reclaim_id,), countdown=float(reclaim[1]) + 0.05)
+    return result
+
+
+@shared_task(name="control.enforce_deadline", ignore_result=True, **RETRY)
+def enforce_deadline(reclaim_id: int) -> str:
+    return reclaim_flow.enforce_deadline(reclaim_id)
+
+
+@shared_task(name="control.advance_migration", ignore_result=True, **RETRY)
+def advance_migration(migration_id: int) -> str:
+    result = workflow.advance(migration_id)
+    with transaction.atomic():
+        for reclaim_id in _open_scheduled_reclaims():
+            reclaim_flow.release(reclaim_id)
+    return result
+
+
+def _open_scheduled_reclaims() -> list[int]:
+    from portal.core.models import ReclaimEvent
+
+    return list(ReclaimEvent.objects.filter(kind="scheduled", finished_at__isnull=True,
+                                            work__planned_at__isnull=False).values_list("pk", flat=True))
+
+
+@shared_task(name="control.release_reclaims", ignore_result=True, **RETRY)
+def release_reclaims() -> None:
+    ticks.release_finished()
+
+
+@shared_task(name="control.presync_checkpoint", ignore_result=True, **RETRY)
+def presync_checkpoint(checkpoint_id: int) -> str:
+    return ticks.presync(checkpoint_id)
+
+
+@shared_task(name="control.recover_lost_jobs", ignore_result=True, **RETRY)
+def recover_lost_jobs(node_id: int, job_ids: list[int]) -> int:
+    """The agent came back without jobs the portal placed on it (it restarted): recover them from replicas."""
+    recovered = 0
+    with transaction.atomic():
+        for job in Job.objects.select_for_update().filter(pk__in=job_ids, state="running"):
+            placement = Placement.objects.filter(job=job, ended_at__isnull=True, node_id=node_id).first()
+            if placement is None:
+                continue
+            workflow.recover_from_replica(job, node_id, None, "agent restarted")
+            recovered += 1
+    return recovered
+
+
+@shared_task(name="control.stop_cancelled_job", ignore_result=True, **RETRY)
+def stop_cancelled_job(job_id: int) -> bool:
+    """A cancelled job is stopped on the node of its latest placement."""
+    placement = Placement.objects.filter(job_id=job_id).order_by("-started_at", "-id").first()
+    if placement is None:
+        return False
+    with transaction.atomic():
+        commands.send(placement.node_id, "stop_job", job_id=job_id, reason="cancelled")
+    return True
+
+
+@shared_task(name="control.node_lent_again", ignore_result=True, **RETRY)
+def node_lent_again(node_id: int) -> None:
+    """Lift the agent's kill-switch; the node comes online at its next heartbeat."""
+    with transaction.atomic():
+        commands.send(node_id, "killswitch", engaged=False)

@@ -1,0 +1,305 @@
+"""Migration workflow steps shared by reclaims, lost nodes and placement (SPEC §1, §3, §4).
+
+A migration moves through ``MigrationWork.phase``:
+``checkpointing`` (planned: waiting for the final checkpoint) → ``transferring`` (checkpoint copied to the
+destination, token-authorised, paced at the P3 rate) → ``starting`` (start_job sent, waiting for the agent)
+→ ``done``; ``waiting`` when no destination exists yet (the job is requeued and placement resumes it).
+
+Every function here runs inside the caller's transaction and sends agent commands only after commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from portal.control import commands
+from portal.control.models import (
+    AgentSession,
+    JobRuntime,
+    MigrationPhase,
+    MigrationWork,
+    Transfer,
+    TransferPurpose,
+    hash_transfer_token,
+    new_transfer_token,
+)
+from portal.control.publish import publish
+from portal.control.state import Campus, build_p2, freshest_replica, live_nodes, load_campus, p2_view
+from portal.core.lifecycle import jobs as job_lifecycle
+from portal.core.lifecycle.jobs import TERMINAL, JobState
+from portal.core.models import (
+    Checkpoint,
+    DecisionLog,
+    Job,
+    Migration,
+    MigrationMode,
+    Node,
+    Placement,
+    ReclaimEvent,
+)
+from scheduler.p2 import select_destination
+from scheduler.p3 import DSCP
+
+log = logging.getLogger(__name__)
+
+TRANSFER_TOKEN_TTL_S = 600.0
+DEFAULT_INTERVAL_S = 60.0
+
+
+def rn(key: str) -> Any:
+    return settings.RECLAIMNET[key]
+
+
+def log_decision(kind: str, request: dict[str, Any], response: dict[str, Any], *, job: Job | None = None,
+                 reclaim: ReclaimEvent | None = None) -> uuid.UUID:
+    """Every scheduler decision goes to the decision log with its JSON input and output (SPEC §5)."""
+    row = DecisionLog.objects.create(kind=kind, request=request, response=response, job=job, reclaim=reclaim)
+    return row.decision_id
+
+
+def job_groups(job: Job, node_ids: tuple[int | None, ...] = ()) -> list[str]:
+    """Live-update groups interested in ``job``: the job, its research group, nodes and their providers."""
+    groups = [f"job-{job.pk}", f"group-{job.group_id}", "dashboard"]
+    for node_id in node_ids:
+        if node_id is not None:
+            groups.append(f"node-{node_id}")
+            provider_id = Node.objects.filter(pk=node_id).values_list("provider_id", flat=True).first()
+            if provider_id is not None:
+                groups.append(f"provider-{provider_id}")
+    return groups
+
+
+def publish_after_commit(groups: list[str], event: str, **fields: Any) -> None:
+    transaction.on_commit(lambda: publish(groups, event, **fields))
+
+
+def runtime(job: Job) -> JobRuntime:
+    rt, _ = JobRuntime.objects.get_or_create(job=job)
+    return rt
+
+
+def next_sequence(job: Job) -> int:
+    return int(Checkpoint.objects.filter(job=job).aggregate(m=Max("sequence"))["m"] or 0) + 1
+
+
+def open_placement(job: Job) -> Placement | None:
+    return Placement.objects.filter(job=job, ended_at__isnull=True).first()
+
+
+def close_placement(job: Job, reason: str) -> Placement | None:
+    placement = open_placement(job)
+    if placement is not None:
+        Placement.objects.filter(pk=placement.pk, ended_at__isnull=True).update(ended_at=timezone.now(),
+                                                                              end_reason=reason[:32])
+    return placement
+
+
+def data_address(node_pk: int) -> tuple[str, int] | None:
+    row = (AgentSession.objects.filter(node_id=node_pk, closed_at__isnull=True, data_port__isnull=False)
+           .order_by("-connected_at").values_list("data_host", "data_port").first())
+    return (row[0], int(row[1])) if row else None
+
+
+def ckpt_bytes_of(job: Job) -> float:
+    latest = Checkpoint.objects.filter(job=job, completed_at__isnull=False).order_by("-sequence").first()
+    return float(latest.size_bytes if latest is not None else job.ckpt_bytes_estimate)
+
+
+def start_on(job: Job, node_pk: int, gpu_indices: list[int], restore: Checkpoint | None, reason: str) -> None:
+    """Hold the GPUs with an open placement and tell the node's agent to start (or resume) the job."""
+    close_placement(job, "moved")
+    Placement.objects.create(job=job, node_id=node_pk, gpu_indices=list(gpu_indices))
+    interval = job.checkpoint_interval_s or (min(DEFAULT_INTERVAL_S, 2 * job.loss_budget_s)
+                                             if job.loss_budget_s else DEFAULT_INTERVAL_S)
+    commands.send(node_pk, "start_job", job_id=job.pk, command=job.command, gpus=list(gpu_indices),
+                  interval_s=interval, next_sequence=next_sequence(job),
+                  restore_sequence=restore.sequence if restore else None,
+                  restore_sha256=restore.sha256 if restore else None, reason=reason)
+    publish_after_commit(job_groups(job, (node_pk,)), "job.state", job_id=job.pk, state="starting", node_id=node_pk)
+
+
+def issue_transfer(ckpt: Checkpoint, source_pk: int, dest_pk: int, purpose: str, rate_bytes_per_s: float | None,
+                   migration: Migration | None = None) -> Transfer | None:
+    """Authorise one checkpoint copy with a fresh per-transfer token (stored hashed) and tell both agents.
+
+    1. Create the Transfer row (token hash, rate, DSCP by class, expiry).
+    2. After commit: announce it to the receiver (token, sha256, size), then order the sender to send.
+    Returns None when the receiver has no live data address.
+    """
+    addr = data_address(dest_pk)
+    if addr is None:
+        return None
+    token = new_transfer_token()
+    transfer = Transfer.objects.create(
+        job=ckpt.job, checkpoint=ckpt, migration=migration, source_id=source_pk, destination_id=dest_pk,
+        purpose=purpose, token_hash=hash_transfer_token(token), rate_bytes_per_s=rate_bytes_per_s,
+        dscp=DSCP.get(purpose, 0), expires_at=timezone.now() + dt.timedelta(seconds=TRANSFER_TOKEN_TTL_S),
+    )
+    tid = str(transfer.transfer_id)
+    commands.send(dest_pk, "expect_checkpoint", transfer_id=tid, token=token, job_id=ckpt.job_id,
+                  sequence=ckpt.sequence, sha256=ckpt.sha256, size_bytes=ckpt.size_bytes,
+                  expires_in_s=TRANSFER_TOKEN_TTL_S)
+    commands.send(source_pk, "send_checkpoint", transfer_id=tid, token=token, job_id=ckpt.job_id,
+                  sequence=ckpt.sequence, dest_host=addr[0], dest_port=addr[1], rate_bytes_per_s=rate_bytes_per_s,
+                  flow_class=purpose)
+    return transfer
+
+
+def emergency_rate(campus: Campus, src_pk: int, dst_pk: int) -> float:
+    """Recovery copies have no deadline: the migration budget of the path's bottleneck (SPEC §4)."""
+    return max(1.0, (1 - rn("RESERVE_FRACTION")) * campus.bottleneck_bytes_per_s(src_pk, dst_pk, capacity=True))
+
+
+def resume_from(work: MigrationWork, campus: Campus, ckpt: Checkpoint, holder_pk: int, dest_pk: int) -> None:
+    """Move a migration whose destination is known to its next phase: start at once if the destination holds
+    the checkpoint, else copy it there first (EF for recovery, AF41 for planned)."""
+    mig = work.migration
+    job = mig.job
+    Migration.objects.filter(pk=mig.pk).update(destination_id=dest_pk, checkpoint=ckpt)
+    mig.destination_id = dest_pk
+    work.restore_sequence = ckpt.sequence
+    work.ckpt_holder_id = holder_pk
+    if dest_pk == holder_pk:
+        work.phase = MigrationPhase.STARTING
+        work.transferred_at = timezone.now()
+        work.save()
+        start_on(job, dest_pk, campus.free_indices.get(dest_pk, [])[: job.gpu_count], ckpt, "resume")
+        return
+    purpose = TransferPurpose.MIGRATION if mig.mode == MigrationMode.PLANNED else TransferPurpose.EMERGENCY
+    rate = mig.assigned_rate_bytes_per_s or emergency_rate(campus, holder_pk, dest_pk)
+    work.phase = MigrationPhase.TRANSFERRING
+    work.save()
+    if issue_transfer(ckpt, holder_pk, dest_pk, purpose, rate, migration=mig) is None:
+        to_waiting(work, "destination agent has no data address")
+
+
+def to_waiting(work: MigrationWork, detail: str) -> None:
+    """No destination now: the job waits in the queue (degraded); placement resumes it later."""
+    job = Job.objects.get(pk=work.migration.job_id)
+    close_placement(job, "requeued")
+    if job.state in (JobState.RUNNING, JobState.MIGRATING):
+        job_lifecycle.requeue(job)
+    Migration.objects.filter(pk=work.migration_id).update(destination=None)
+    work.phase = MigrationPhase.WAITING
+    work.detail = detail[:300]
+    work.save()
+    publish_after_commit(job_groups(job), "job.state", job_id=job.pk, state=job.state, detail=detail)
+
+
+def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None, reason: str,
+                         work: MigrationWork | None = None, campus: Campus | None = None) -> MigrationWork:
+    """Degraded recovery (SPEC §3 emergency): P2 from the freshest checkpoint copied off ``source_pk``.
+
+    1. Stop the job on the source (if still reachable), close its placement, move it to ``migrating``.
+    2. Find the freshest replica held by a live node other than the source.
+    3. P2 with the holder as transfer start and no notice; log the decision.
+    4. Destination = holder: start at once; other destination: copy first (EF); none: wait in the queue.
+    """
+    now = timezone.now()
+    commands.send(source_pk, "stop_job", job_id=job.pk, reason=reason)
+    close_placement(job, reason[:32])
+    if job.state == JobState.RUNNING:
+        job_lifecycle.begin_migration(job)
+    live = live_nodes() - {source_pk}
+    found = freshest_replica(job, source_pk, live)
+    lost_since = found[0].taken_at if found else (job.started_at or now)
+    requested_at = reclaim.requested_at if reclaim is not None else now
+    work_lost_s = max(0.0, (requested_at - lost_since).total_seconds())
+    if work is None:
+        mig = Migration.objects.create(job=job, reclaim=reclaim, source_id=source_pk, mode=MigrationMode.DEGRADED,
+                                       degraded_reason=reason[:32], checkpoint=found[0] if found else None,
+                                       work_lost_s=work_lost_s, dscp=DSCP["emergency"])
+        work = MigrationWork.objects.create(migration=mig, phase=MigrationPhase.WAITING, requested_at=requested_at)
+    else:
+        mig = work.migration
+        Migration.objects.filter(pk=mig.pk).update(mode=MigrationMode.DEGRADED, degraded_reason=reason[:32],
+                                                   work_lost_s=work_lost_s, dscp=DSCP["emergency"])
+        mig.mode = MigrationMode.DEGRADED
+        mig.assigned_rate_bytes_per_s = None
+    publish_after_commit(job_groups(job, (source_pk,)), "migration", job_id=job.pk, migration_id=mig.pk,
+                         mode="degraded", reason=reason)
+    if found is None:
+        to_waiting(work, "no checkpoint copied off the node: restarting from the beginning")
+        return work
+    ckpt, holder = found
+    campus = campus or load_campus()
+    req, view = build_p2(campus, job, source_pk, holder, ckpt.size_bytes, None, ckpt, rn("ALPHA"), rn("K_MIN"))
+    decision = select_destination(req)
+    response = p2_view(campus, decision)
+    work.p2_decision_id = log_decision("p2", view, response, job=job, reclaim=reclaim)
+    work.decided_at = timezone.now()
+    dest = response["destination"]
+    if dest is None:
+        to_waiting(work, "no feasible destination")
+        return work
+    campus.free_gpus[campus.index_of[dest]] -= job.gpu_count  # joint decisions in one call see each other
+    resume_from(work, campus, ckpt, holder, dest)
+    return work
+
+
+def advance(migration_id: int) -> str:
+    """Drive one migration to its next phase from the facts recorded by the handlers (idempotent).
+
+    1. Lock the MigrationWork row.
+    2. checkpointing + final checkpoint known → issue the transfer source → destination.
+    3. transferring + transfer received → start on the destination; transfer failed → degraded recovery.
+    """
+    with transaction.atomic():
+        work = MigrationWork.objects.select_for_update().select_related("migration").get(migration_id=migration_id)
+        mig = work.migration
+        job = Job.objects.get(pk=mig.job_id)
+        if job.state in TERMINAL and work.phase not in (MigrationPhase.DONE, MigrationPhase.FAILED):
+            # Cancelled (or failed) while moving: stop here, free whatever the destination holds.
+            close_placement(job, "cancelled")
+            work.phase = MigrationPhase.FAILED
+            work.detail = f"job {job.state} during migration"
+            work.save()
+            Migration.objects.filter(pk=mig.pk).update(finished_at=timezone.now(), success=False)
+            return work.phase
+        if work.phase == MigrationPhase.CHECKPOINTING and work.restore_sequence is not None:
+            ckpt = Checkpoint.objects.get(job=job, sequence=work.restore_sequence)
+            campus = load_campus()
+            if mig.destination_id is None:
+                return work.phase
+            close_placement(job, "migrated")
+            resume_from(work, campus, ckpt, mig.source_id, mig.destination_id)
+        elif work.phase == MigrationPhase.TRANSFERRING:
+            transfer = Transfer.objects.filter(migration=mig).order_by("-created_at").first()
+            if transfer is None:
+                return work.phase
+            if transfer.state == "received":
+                work.phase = MigrationPhase.STARTING
+                work.transferred_at = transfer.finished_at or timezone.now()
+                work.save()
+                campus = load_campus()
+                free = campus.free_indices.get(mig.destination_id, [])
+                start_on(job, mig.destination_id, free[: job.gpu_count], transfer.checkpoint, "migrated")
+            elif transfer.state == "failed":
+                recover_from_replica(job, mig.source_id, mig.reclaim, "transfer failed", work=work)
+        return work.phase
+
+
+def finish_started(job: Job, node_pk: int) -> MigrationWork | None:
+    """The destination agent started the job: close the migration (downtime, success)."""
+    work = (MigrationWork.objects.select_for_update().select_related("migration")
+            .filter(migration__job=job, phase=MigrationPhase.STARTING).first())
+    if work is None:
+        return None
+    now = timezone.now()
+    work.phase = MigrationPhase.DONE
+    work.resumed_at = now
+    work.save()
+    downtime = (now - work.requested_at).total_seconds()
+    Migration.objects.filter(pk=work.migration_id).update(finished_at=now, success=True, downtime_s=downtime,
+                                                          destination_id=node_pk)
+    publish_after_commit(job_groups(job, (work.migration.source_id, node_pk)), "migration", job_id=job.pk,
+                         migration_id=work.migration_id, state="done", destination=node_pk, downtime_s=downtime)
+    return work

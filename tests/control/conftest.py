@@ -1,0 +1,41 @@
+"""Fixtures for control-plane tests: in-memory channel layer, eager Celery, a small campus, fake agents.
+
+A "fake agent" is a ``WebsocketCommunicator`` speaking the agent protocol, so the portal side is exercised
+without processes (the real agent is covered by tests/e2e).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """Our own test database name: other suites may be using ``test_reclaimnet`` on the same server."""
+    from django.conf import settings
+
+    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = "test_reclaimnet_e2e"
+
+
+@pytest.fixture(autouse=True)
+def in_process(settings: Any) -> Iterator[None]:
+    """In-memory channel layer and eager Celery (these tests are about the portal logic, not Redis)."""
+    from portal.celery import app
+
+    old = app.conf.task_always_eager  # read before the settings change (app.conf reads settings lazily)
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    settings.RECLAIMNET_NO_LOOP = True  # tests call control_tick themselves
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = old
+    # Consumers touched the database from asgiref's sync thread: close that thread's connection too, or the
+    # test database cannot be dropped at the end of the session.
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    asyncio.run(sync_to_async(connections.close_all)())

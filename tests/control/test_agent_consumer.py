@@ -1,0 +1,155 @@
+"""The agent websocket: authentication, hello/heartbeat, and refusals that change nothing (SPEC §1 identity)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from control_helpers import FakeAgent, db, make_node, make_running_job
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+
+async def test_header_token_hello_brings_node_online() -> None:
+    from portal.control.models import AgentSession
+    from portal.core.models import Node
+
+    node, token = await db(make_node)("n1")
+    agent = FakeAgent(token)
+    assert await agent.connect()
+    welcome = await agent.hello()
+    assert welcome["node_id"] == node.pk and welcome["heartbeat_interval_s"] > 0
+    node = await db(Node.objects.get)(pk=node.pk)
+    assert node.state == "online" and node.last_heartbeat_at is not None
+    session = await db(AgentSession.objects.get)(node=node, closed_at__isnull=True)
+    assert session.data_port == 9000
+    await agent.close()
+    session = await db(AgentSession.objects.get)(pk=session.pk)
+    assert session.closed_at is not None
+
+
+@pytest.mark.parametrize("revoke", [False, True], ids=["wrong", "revoked"])
+async def test_wrong_or_revoked_token_is_refused(revoke: bool) -> None:
+    from portal.control.models import AgentSession, RejectedMessage
+    from portal.core.models import Node
+    from portal.core.services.nodes import revoke_agent_token
+
+    node, token = await db(make_node)("n1")
+    if revoke:
+        await db(revoke_agent_token)(node, None)
+    agent = FakeAgent(token if revoke else token + "x")
+    assert not await agent.connect()
+    assert (await db(Node.objects.get)(pk=node.pk)).state == "registered"
+    assert await db(AgentSession.objects.count)() == 0
+    assert await db(RejectedMessage.objects.filter(reason__contains="token").count)() == 1
+
+
+async def test_first_message_token_and_refusal() -> None:
+    from portal.core.models import Node
+
+    node, token = await db(make_node)("n1")
+    good = FakeAgent(None)
+    assert await good.connect()
+    await good.send({"type": "hello", "token": token, "agent_version": "t", "data_host": "127.0.0.1",
+                     "data_port": 9001, "jobs": [], "gpus": []})
+    assert (await good.expect("welcome"))["node_id"] == node.pk
+    await good.close()
+
+    bad = FakeAgent(None)
+    assert await bad.connect()
+    await bad.send({"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {}, "jobs": []})
+    closed = await bad.comm.receive_output(timeout=2)
+    assert closed["type"] == "websocket.close" and closed["code"] == 4401
+    assert (await db(Node.objects.get)(pk=node.pk)).state == "online"  # only the good hello changed it
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "not json",
+        "[1, 2]",
+        json.dumps({"type": "no_such_type"}),
+        json.dumps({"type": "checkpoint_done", "job_id": 1}),
+        json.dumps({"type": "checkpoint_done", "job_id": 1, "sequence": 1, "step": 1, "size_bytes": 10,
+                    "sha256": "zz", "taken_at": 1.0, "final": False, "compat": {}}),
+        json.dumps({"type": "heartbeat", "seq": "1", "gpu_util": [], "egress": {}, "jobs": []}),
+        json.dumps({"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {}, "jobs": [],
+                    "pad": "x" * (65 * 1024)}),
+    ],
+    ids=["not-json", "not-object", "unknown-type", "missing-fields", "bad-sha", "wrong-type", "oversized"],
+)
+async def test_malformed_or_oversized_messages_are_rejected(frame: str) -> None:
+    from portal.control.models import RejectedMessage
+    from portal.core.models import Checkpoint, Node
+
+    node, token = await db(make_node)("n1")
+    agent = FakeAgent(token)
+    assert await agent.connect()
+    await agent.hello()
+    before = (await db(Node.objects.get)(pk=node.pk)).last_heartbeat_at
+    await agent.send(frame)
+    error = await agent.expect("error")
+    assert error["reason"]
+    assert await db(RejectedMessage.objects.filter(node=node).count)() == 1
+    assert await db(Checkpoint.objects.count)() == 0
+    assert (await db(Node.objects.get)(pk=node.pk)).last_heartbeat_at == before
+    # The connection stays usable after a refusal.
+    await agent.send({"type": "heartbeat", "seq": 2, "gpu_util": [0.0], "egress": {}, "jobs": []})
+    assert await agent.nothing()
+    await agent.close()
+
+
+async def test_messages_about_another_nodes_job_are_rejected() -> None:
+    from portal.control.models import RejectedMessage
+    from portal.core.models import Checkpoint, Job
+
+    node_a, token_a = await db(make_node)("na")
+    node_b, _ = await db(make_node)("nb")
+    job = await db(make_running_job)(node_b)
+    agent = FakeAgent(token_a)
+    assert await agent.connect()
+    await agent.hello()
+    await agent.send({"type": "checkpoint_done", "job_id": job.pk, "sequence": 1, "step": 5, "size_bytes": 10,
+                      "sha256": "a" * 64, "taken_at": 1.0, "final": True, "compat": {}})
+    assert "not placed on this node" in (await agent.expect("error"))["reason"]
+    await agent.send({"type": "job_exited", "job_id": job.pk, "returncode": 0, "step": 9, "result": {},
+                      "reason": "completed"})
+    assert "never placed" in (await agent.expect("error"))["reason"]
+    await agent.send({"type": "job_started", "job_id": job.pk, "restored_sequence": None})
+    await agent.expect("error")
+    assert await db(Checkpoint.objects.count)() == 0
+    assert (await db(Job.objects.get)(pk=job.pk)).state == "running"
+    assert await db(RejectedMessage.objects.filter(node=node_a).count)() == 3
+    await agent.close()
+
+
+async def test_heartbeat_brings_offline_node_back_and_records_progress() -> None:
+    from portal.core.lifecycle import nodes as node_lifecycle
+    from portal.core.models import Job, Node
+
+    node, token = await db(make_node)("n1")
+    agent = FakeAgent(token)
+    assert await agent.connect()
+    await agent.hello()
+    job = await db(make_running_job)(node)
+    node = await db(Node.objects.get)(pk=node.pk)
+    await db(node_lifecycle.go_offline)(node)
+    await agent.send({"type": "heartbeat", "seq": 1, "gpu_util": [100.0, 0.0],
+                      "egress": {"mean_bytes_per_s": 10.0}, "jobs": [{"job_id": job.pk, "step": 42}]})
+    await agent.nothing(0.3)
+    assert (await db(Node.objects.get)(pk=node.pk)).state == "online"
+    assert (await db(Job.objects.get)(pk=job.pk)).progress_step == 42
+    await agent.close()
+
+
+async def test_second_session_supersedes_the_first() -> None:
+    _, token = await db(make_node)("n1")
+    first = FakeAgent(token)
+    assert await first.connect()
+    await first.hello()
+    second = FakeAgent(token)
+    assert await second.connect()
+    closed = await first.comm.receive_output(timeout=2)
+    assert closed["type"] == "websocket.close" and closed["code"] == 4409
+    await second.hello()
+    await second.close()

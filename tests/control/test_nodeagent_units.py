@@ -1,0 +1,213 @@
+"""Agent-side units without a portal: job helper library, data plane, configuration (SPEC §1, §2, §4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nodeagent import jobkit
+from nodeagent.config import ConfigError, build_config, normalise_portal_url
+from nodeagent.edge import Edge, TokenBucket, mark_socket
+from nodeagent.runner import prepare_restore, resolve_command
+from nodeagent.transfer import Expected, Faults, Receiver, send_checkpoint, store_dir, token_hash
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _ck(tmp_path: Path, **kw: Any) -> jobkit.Checkpointer:
+    return jobkit.Checkpointer(tmp_path / "ck", install_signals=False, **kw)
+
+
+def test_checkpoint_roundtrip_manifest_and_atomicity(tmp_path: Path) -> None:
+    ck = _ck(tmp_path)
+    state = {"w": np.arange(5.0), "b": np.ones(1)}
+    m = ck.checkpoint(7, state)
+    assert m.sequence == 1 and m.step == 7 and m.size_bytes == (ck.ckpt_dir / m.file).stat().st_size
+    assert m.sha256 == jobkit.sha256_file(ck.ckpt_dir / m.file)
+    assert m.compat["framework"] in ("numpy", "torch")
+    assert not [p for p in ck.ckpt_dir.iterdir() if ".tmp-" in p.name]
+    step, restored = _ck(tmp_path).restore()
+    assert step == 7 and np.array_equal(restored["w"], state["w"])
+
+
+def test_corrupt_newest_checkpoint_is_never_restored(tmp_path: Path) -> None:
+    ck = _ck(tmp_path)
+    ck.checkpoint(1, {"w": np.zeros(3)})
+    newest = ck.checkpoint(2, {"w": np.ones(3)})
+    data = ck.ckpt_dir / newest.file
+    data.write_bytes(b"\x00" + data.read_bytes()[1:])
+    step, state = _ck(tmp_path).restore()
+    assert step == 1 and not state["w"].any()
+    assert _ck(tmp_path, restore_sequence=2).restore() is None  # pinned to a corrupt one: start fresh
+
+
+def test_requests_interval_and_pruning(tmp_path: Path) -> None:
+    now = [0.0]
+    control = tmp_path / "control.json"
+    ck = _ck(tmp_path, interval_s=10.0, keep_last=2, control_file=control, clock=lambda: now[0])
+    assert not ck.due()
+    ck.request()
+    assert ck.due() and not ck.maybe_checkpoint(1, lambda: {"w": np.zeros(1)})
+    now[0] = 11.0
+    assert ck.due()
+    ck.maybe_checkpoint(2, lambda: {"w": np.zeros(1)})
+    jobkit.atomic_write_bytes(control, json.dumps({"interval_s": 1.0}).encode())
+    now[0] = 12.5
+    assert ck.due() and ck.interval_s == 1.0  # P1's new interval picked up from the control file
+    ck.request(final=True)
+    assert ck.maybe_checkpoint(3, lambda: {"w": np.zeros(1)}) is True
+    assert [m.sequence for m in jobkit.list_manifests(ck.ckpt_dir)] == [2, 3]
+    assert jobkit.list_manifests(ck.ckpt_dir)[-1].final
+
+
+def test_next_sequence_and_restore_pruning(tmp_path: Path) -> None:
+    ck = _ck(tmp_path, next_sequence=5)
+    assert ck.checkpoint(1, {"w": np.zeros(1)}).sequence == 5
+    ck.checkpoint(2, {"w": np.zeros(1)})
+    prepare_restore(ck.ckpt_dir, 5)  # a diverged newer checkpoint is dropped before resuming from 5
+    assert [m.sequence for m in jobkit.list_manifests(ck.ckpt_dir)] == [5]
+
+
+def _write_ckpt(tmp_path: Path, job: str, seq: int, size: int) -> tuple[Path, dict[str, Any]]:
+    ck = jobkit.Checkpointer(store_dir(tmp_path / "src", job), job_id=job, next_sequence=seq, install_signals=False)
+    m = ck.checkpoint(1, {"pad": np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)})
+    return ck.ckpt_dir / m.file, json.loads(m.to_json())
+
+
+async def _transfer(tmp_path: Path, *, token: str = "tok", faults: dict[str, int] | None = None,
+                    rate: float | None = None, size: int = 300_000) -> tuple[Any, list[str], Path]:
+    path, manifest = _write_ckpt(tmp_path, "9", 4, size)
+    received: list[str] = []
+
+    async def on_received(tid: str, m: dict[str, Any]) -> None:
+        received.append(tid)
+
+    rx = Receiver(tmp_path / "dst", on_received)
+    host, port = await rx.start("127.0.0.1", 0)
+    rx.expect(Expected("t1", token_hash("tok"), "9", 4, manifest["sha256"], manifest["size_bytes"], time.time() + 60))
+    fault_file = tmp_path / "faults.json"
+    if faults:
+        fault_file.write_text(json.dumps(faults))
+    try:
+        result = await send_checkpoint(host=host, port=port, transfer_id="t1", token=token, ckpt_path=path,
+                                       manifest=manifest, rate_bytes_per_s=rate, flow_class="migration",
+                                       edge=Edge(None, "off"), faults=Faults(fault_file), backoff_s=0.01)
+    finally:
+        await rx.close()
+    return result, received, store_dir(tmp_path / "dst", "9")
+
+
+@pytest.mark.asyncio
+async def test_transfer_verifies_and_publishes(tmp_path: Path) -> None:
+    result, received, dest = await _transfer(tmp_path)
+    assert result.ok and result.attempts == 1 and received == ["t1"]
+    (m,) = jobkit.list_manifests(dest)
+    assert m.sequence == 4 and jobkit.verify(dest, m)
+
+
+@pytest.mark.asyncio
+async def test_transfer_with_wrong_token_is_refused(tmp_path: Path) -> None:
+    result, received, dest = await _transfer(tmp_path, token="nope")
+    assert not result.ok and result.attempts == 1 and "bad token" in result.errors[0]
+    assert not received and not jobkit.list_manifests(dest)
+
+
+@pytest.mark.asyncio
+async def test_corrupt_copy_is_discarded_and_resent(tmp_path: Path) -> None:
+    result, received, dest = await _transfer(tmp_path, faults={"corrupt": 1})
+    assert result.ok and result.attempts == 2 and "sha256 mismatch" in result.errors[0]
+    assert received == ["t1"] and jobkit.verify(dest, jobkit.list_manifests(dest)[0])
+    assert not list((tmp_path / "dst" / "incoming").iterdir())
+
+
+@pytest.mark.asyncio
+async def test_truncated_copy_resumes_from_offset(tmp_path: Path) -> None:
+    size = 400_000
+    result, _, dest = await _transfer(tmp_path, faults={"truncate": 1}, size=size)
+    assert result.ok and result.attempts == 2
+    assert result.bytes_sent < 1.2 * size  # the second attempt sent only the missing part
+    assert jobkit.verify(dest, jobkit.list_manifests(dest)[0])
+
+
+@pytest.mark.asyncio
+async def test_transfer_is_paced_at_the_assigned_rate(tmp_path: Path) -> None:
+    size = 600_000
+    result, _, _ = await _transfer(tmp_path, rate=1_000_000, size=size)
+    # 128 KiB burst, then 1 MB/s: at least (size - burst) / rate seconds.
+    assert result.ok and result.elapsed_s >= (size - 128 * 1024) / 1_000_000 * 0.9
+
+
+@pytest.mark.asyncio
+async def test_token_bucket_unpaced_without_rate() -> None:
+    start = time.monotonic()
+    bucket = TokenBucket(None)
+    for _ in range(100):
+        await bucket.consume(1 << 20)
+    assert time.monotonic() - start < 0.1
+
+
+def test_dscp_marking_sets_ip_tos() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        mark_socket(s, 34)
+        assert s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == 34 << 2
+
+
+def test_config_validation_messages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RECLAIMNET_AGENT_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="token"):
+        build_config({}, {"portal": "ws://x/"})
+    with pytest.raises(ConfigError, match="portal"):
+        build_config({"token": "t"}, {})
+    with pytest.raises(ConfigError, match="simulate_gpus"):
+        build_config({"token": "t", "portal": "ws://x", "simulate_gpus": [{"vram": 3}]}, {})
+    with pytest.raises(ConfigError, match="unknown configuration keys: colour"):
+        build_config({"token": "t", "portal": "ws://x", "colour": 1}, {})
+    (tmp_path / "tok").write_text("secret\n")
+    cfg = build_config({"portal": "http://h:8000", "token_file": str(tmp_path / "tok"), "simulate_gpus": 2}, {})
+    assert cfg.token == "secret" and cfg.portal == "ws://h:8000/ws/agent/" and len(cfg.simulate_gpus) == 2
+    assert normalise_portal_url("https://h/ws/agent/") == "wss://h/ws/agent/"
+
+
+def test_cli_reports_config_errors(tmp_path: Path) -> None:
+    import subprocess
+
+    bad = tmp_path / "agent.json"
+    bad.write_text("{not json")
+    out = subprocess.run([sys.executable, "-m", "nodeagent", "--config", str(bad)], capture_output=True, text=True,
+                         env={**os.environ, "RECLAIMNET_AGENT_TOKEN": ""}, timeout=20)
+    assert out.returncode == 2 and "not valid JSON" in out.stderr
+
+
+def test_resolve_command_uses_this_python_and_base_dir(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    argv = resolve_command("python train.py --steps 3", tmp_path)
+    assert argv[0] == sys.executable and argv[1] == str((tmp_path / "train.py").resolve()) and argv[2:] == [
+        "--steps", "3"]
+
+
+def test_example_trainer_resumes_bitwise(tmp_path: Path) -> None:
+    """The example job: a run interrupted by a final checkpoint resumes to the same weights."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "train_numpy.py"
+    ref = subprocess.run([sys.executable, str(script), "--steps", "40", "--result", str(tmp_path / "ref.json")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert ref.returncode == 0
+    env = {**os.environ, "RECLAIMNET_CKPT_DIR": str(tmp_path / "ck"), "RECLAIMNET_CKPT_INTERVAL_S": "0"}
+    proc = subprocess.Popen([sys.executable, str(script), "--steps", "40", "--step-sleep", "0.05", "--result",
+                             str(tmp_path / "r.json")], env=env, cwd=tmp_path)
+    time.sleep(1.0)
+    proc.send_signal(__import__("signal").SIGUSR2)
+    assert proc.wait(20) == jobkit.EXIT_CHECKPOINTED
+    done = subprocess.run([sys.executable, str(script), "--steps", "40", "--result", str(tmp_path / "r.json")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert "restored step" in done.stdout
+    assert json.loads((tmp_path / "r.json").read_text()) == json.loads((tmp_path / "ref.json").read_text())

@@ -1,0 +1,260 @@
+"""Reclaim workflows through the real consumer and tasks with fake agents (SPEC §1 warn → drain → force, §3, §4)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from control_helpers import FakeAgent, db, make_node, make_running_job
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.timeout(30)]
+
+SHA = "b" * 64
+
+
+async def _online(name: str, building: str, port: int) -> tuple[object, FakeAgent]:
+    node, token = await db(make_node)(name, building)
+    agent = FakeAgent(token, data_port=port)
+    assert await agent.connect()
+    await agent.hello()
+    return node, agent
+
+
+def _add_checkpoint(job: object, node: object, sequence: int, replica: object | None) -> object:
+    from django.utils import timezone
+
+    from portal.core.models import Checkpoint
+
+    now = timezone.now()
+    ckpt = Checkpoint.objects.create(job=job, sequence=sequence, node=node, step=10 * sequence, size_bytes=1000,
+                                     sha256=SHA, taken_at=now - dt.timedelta(seconds=1), completed_at=now)
+    if replica is not None:
+        ckpt.replica_nodes.add(replica)
+    return ckpt
+
+
+async def test_scheduled_reclaim_moves_job_through_every_phase() -> None:
+    from portal.core.models import DecisionLog, Job, Migration, Node, ReclaimEvent
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    dst, b = await _online("dst", "A", 9002)
+    job = await db(make_running_job)(src)
+    reclaim = await db(request_reclaim)(src, None, 60.0)
+
+    notice = await a.expect("reclaim_notice")
+    assert 0 < notice["deadline_in_s"] <= 60
+    final = await a.expect("checkpoint")
+    assert final["final"] is True and final["job_id"] == job.pk
+    assert await db(DecisionLog.objects.filter(reclaim=reclaim, kind="p2").count)() == 1
+    assert await db(DecisionLog.objects.filter(reclaim=reclaim, kind="p3").count)() == 1
+    mig = await db(Migration.objects.get)(job=job)
+    assert mig.mode == "planned" and mig.destination_id == dst.pk and mig.assigned_rate_bytes_per_s > 0
+    assert (await db(Job.objects.get)(pk=job.pk)).state == "migrating"
+
+    await a.send({"type": "checkpoint_done", "job_id": job.pk, "sequence": 1, "step": 77, "size_bytes": 1000,
+                  "sha256": SHA, "taken_at": 1.0, "final": True, "compat": {"compute_capability": "8.6"}})
+    expect = await b.expect("expect_checkpoint")
+    send = await a.expect("send_checkpoint")
+    assert expect["transfer_id"] == send["transfer_id"] and expect["token"] == send["token"]
+    assert send["dest_port"] == 9002 and send["flow_class"] == "migration" and send["rate_bytes_per_s"] > 0
+
+    # The receiver verified the sha256; the sender's report alone does not start anything.
+    await a.send({"type": "transfer_sent", "transfer_id": send["transfer_id"], "ok": True, "attempts": 1,
+                  "elapsed_s": 0.1, "errors": []})
+    await b.send({"type": "transfer_received", "transfer_id": send["transfer_id"], "sha256": SHA,
+                  "size_bytes": 1000})
+    start = await b.expect("start_job")
+    assert start["restore_sequence"] == 1 and start["restore_sha256"] == SHA
+    await b.send({"type": "job_started", "job_id": job.pk, "restored_sequence": 1})
+    await b.nothing(0.3)
+    job = await db(Job.objects.get)(pk=job.pk)
+    assert job.state == "running"
+    mig = await db(Migration.objects.get)(pk=mig.pk)
+    assert mig.success and mig.finished_at and mig.downtime_s is not None
+    assert (await db(Node.objects.get)(pk=src.pk)).state == "reclaimed"
+    assert (await db(ReclaimEvent.objects.get)(pk=reclaim.pk)).outcome == "completed"
+    await a.close()
+    await b.close()
+
+
+async def test_scheduled_reclaim_runs_once_even_if_redelivered() -> None:
+    from portal.control.tasks import run_reclaim
+    from portal.core.models import Migration
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    _, b = await _online("dst", "B", 9002)
+    job = await db(make_running_job)(src)
+    reclaim = await db(request_reclaim)(src, None, 60.0)
+    await a.expect("checkpoint")
+    assert await db(run_reclaim)(reclaim.pk) == "already planned"
+    assert await db(Migration.objects.filter(job=job).count)() == 1
+    await a.close()
+    await b.close()
+
+
+async def test_too_little_notice_is_degraded_and_resumes_from_replica() -> None:
+    from portal.core.models import Migration
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    holder, b = await _online("holder", "A", 9002)
+    job = await db(make_running_job)(src, 50_000_000)
+    await db(_add_checkpoint)(job, src, 3, holder)
+    await db(request_reclaim)(src, None, 0.5)  # C/b + T_r > 0.5 s
+    await a.expect("stop_job")
+    start = await b.expect("start_job")  # the holder is a feasible destination: no copy needed
+    assert start["restore_sequence"] == 3
+    mig = await db(Migration.objects.get)(job=job)
+    assert mig.mode == "degraded" and mig.degraded_reason in ("notice", "capacity", "deadline")
+    await a.close()
+    await b.close()
+
+
+async def test_emergency_reclaim_copies_replica_to_p2_destination() -> None:
+    from portal.control.models import Transfer
+    from portal.core.lifecycle import nodes as node_lifecycle
+    from portal.core.models import Migration, Node
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    holder, b = await _online("holder", "A", 9002)
+    _, c = await _online("dest", "B", 9003)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 2, holder)
+    # The holder keeps the replica but cannot host the job (its provider switched it off for new work).
+    holder_row = await db(Node.objects.get)(pk=holder.pk)
+    await db(node_lifecycle.start_draining)(holder_row)
+    await db(request_reclaim)(src, None, 0.0)
+    ks = await a.expect("killswitch")
+    assert ks["engaged"] and ks["stop_jobs"]
+    send = await b.expect("send_checkpoint")
+    assert send["flow_class"] == "emergency" and send["dest_port"] == 9003
+    await c.expect("expect_checkpoint")
+    transfer = await db(Transfer.objects.get)(transfer_id=send["transfer_id"])
+    assert transfer.dscp == 46 and transfer.token_hash != send["token"]
+    await c.send({"type": "transfer_received", "transfer_id": send["transfer_id"], "sha256": SHA,
+                  "size_bytes": 1000})
+    start = await c.expect("start_job")
+    assert start["restore_sequence"] == 2
+    await c.send({"type": "job_started", "job_id": job.pk, "restored_sequence": 2})
+    await c.nothing(0.3)
+    mig = await db(Migration.objects.get)(job=job)
+    assert mig.success and mig.mode == "degraded" and mig.work_lost_s >= 0
+    for agent in (a, b, c):
+        await agent.close()
+
+
+async def test_transfer_from_the_wrong_node_is_refused() -> None:
+    from portal.control.models import Transfer
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    _, b = await _online("dst", "A", 9002)
+    job = await db(make_running_job)(src)
+    await db(request_reclaim)(src, None, 60.0)
+    await a.expect("checkpoint")
+    await a.send({"type": "checkpoint_done", "job_id": job.pk, "sequence": 1, "step": 7, "size_bytes": 1000,
+                  "sha256": SHA, "taken_at": 1.0, "final": True, "compat": {}})
+    send = await a.expect("send_checkpoint")
+    # The source claims to have received its own transfer: refused, the transfer stays issued.
+    await a.send({"type": "transfer_received", "transfer_id": send["transfer_id"], "sha256": SHA,
+                  "size_bytes": 1000})
+    assert "does not involve this node" in (await a.expect("error"))["reason"]
+    assert (await db(Transfer.objects.get)(transfer_id=send["transfer_id"])).state == "issued"
+    await a.close()
+    await b.close()
+
+
+async def test_lost_heartbeat_is_detected_by_the_tick() -> None:
+    from django.utils import timezone
+
+    from portal.control import ticks
+
+    ticks._started_monotonic = -1e9  # past the start-up grace period
+
+    from portal.control.tasks import control_tick
+    from portal.core.models import Job, Migration, Node, ReclaimEvent
+
+    src, a = await _online("src", "A", 9001)
+    holder, b = await _online("holder", "A", 9002)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 1, holder)
+    await a.close()
+    stale = timezone.now() - dt.timedelta(seconds=3600)
+    await db(lambda: Node.objects.filter(pk=src.pk).update(last_heartbeat_at=stale))()
+    await db(lambda: Node.objects.filter(pk=holder.pk).update(last_heartbeat_at=timezone.now()))()
+    await db(control_tick)()
+    assert (await db(Node.objects.get)(pk=src.pk)).state == "offline"
+    event = await db(ReclaimEvent.objects.get)(node=src, kind="heartbeat_lost")
+    assert event.finished_at is not None
+    start = await b.expect("start_job")
+    assert start["job_id"] == job.pk and start["restore_sequence"] == 1
+    assert (await db(Job.objects.get)(pk=job.pk)).state == "migrating"
+    assert await db(Migration.objects.filter(job=job, reclaim=event).exists)()
+    await b.close()
+
+
+async def test_p1_tick_sets_interval_and_logs_decision() -> None:
+    from portal.control.tasks import control_tick
+    from portal.core.models import DecisionLog, Job
+
+    src, a = await _online("src", "A", 9001)
+    job = await db(make_running_job)(src)
+    await db(control_tick)()
+    msg = await a.expect("set_interval")
+    job = await db(Job.objects.get)(pk=job.pk)
+    assert msg["interval_s"] == pytest.approx(job.checkpoint_interval_s)
+    assert job.checkpoint_interval_s <= 2 * job.loss_budget_s  # Eq. 9 upper bound
+    assert await db(DecisionLog.objects.filter(kind="p1", job=job).exists)()
+    await db(control_tick)()  # unchanged plan: nothing resent
+    assert await a.nothing(0.3)
+    await a.close()
+
+
+async def test_deadline_forces_and_falls_back_to_the_replica() -> None:
+    """The final checkpoint never comes: at the deadline the kill-switch engages, the job resumes from the
+    pre-synced replica and the reclaim is recorded as forced (the provider always wins)."""
+    import asyncio
+
+    from portal.control.tasks import control_tick
+    from portal.core.models import Migration, Node, ReclaimEvent
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    holder, b = await _online("holder", "A", 9002)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 4, holder)
+    reclaim = await db(request_reclaim)(src, None, 3.0)
+    assert (await a.expect("checkpoint"))["final"]  # ... and the agent never answers
+    await asyncio.sleep(3.2)
+    await db(control_tick)()
+    assert (await a.expect("killswitch"))["engaged"]
+    assert (await b.expect("start_job"))["restore_sequence"] == 4
+    reclaim = await db(ReclaimEvent.objects.get)(pk=reclaim.pk)
+    assert reclaim.outcome == "forced" and reclaim.finished_at is not None
+    assert (await db(Node.objects.get)(pk=src.pk)).state == "reclaimed"
+    mig = await db(Migration.objects.get)(job=job)
+    assert mig.mode == "degraded" and mig.degraded_reason == "deadline"
+    await a.close()
+    await b.close()
+
+
+async def test_cancel_stops_the_job_on_its_node() -> None:
+    from django.contrib.auth import get_user_model
+
+    from portal.core.models import Job
+    from portal.core.services.jobs import cancel_job
+
+    src, a = await _online("src", "A", 9001)
+    job = await db(make_running_job)(src)
+    admin = await db(lambda: get_user_model().objects.create_superuser("root", "r@x", "pw"))()
+    await db(cancel_job)(job, admin)
+    stop = await a.expect("stop_job")
+    assert stop["job_id"] == job.pk and stop["reason"] == "cancelled"
+    await a.send({"type": "job_exited", "job_id": job.pk, "returncode": -9, "step": 3, "result": {},
+                  "reason": "cancelled"})
+    await a.nothing(0.3)
+    assert (await db(Job.objects.get)(pk=job.pk)).state == "cancelled"
+    await a.close()

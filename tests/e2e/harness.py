@@ -1,0 +1,252 @@
+"""Process harness for end-to-end runs: daphne, a Celery worker (+ beat), node agents, all on loopback.
+
+Used by tests/e2e and scripts/bench_e2e.py. Only processes started here are ever signalled, by their PID.
+Django must already be configured (with the database the subprocesses will use) before ``make_campus``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+TRAIN = "python examples/train_numpy.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_db(url: str, db: int) -> str:
+    """The same Redis server, another database number (isolates e2e queues from other users of db 0)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.1, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; raise TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.1f} s waiting for {what or predicate}")
+        time.sleep(interval_s)
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(sig)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if not self.alive():
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.popen.wait(5)
+
+    def tail(self, n_lines: int = 40) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n_lines:])
+        return ""
+
+
+@dataclass
+class Stack:
+    """Portal (daphne), worker (Celery + embedded beat) and agents for one end-to-end run."""
+
+    workdir: Path
+    database_url: str
+    redis_url: str
+    heartbeat_interval_s: float = 0.5
+    heartbeat_timeout_s: float = 2.0
+    control_period_s: float = 1.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+        env.update({
+            "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url, "RECLAIMNET_TESTING": "1",
+            "DJANGO_SETTINGS_MODULE": "portal.settings", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
+            "RECLAIMNET_HEARTBEAT_INTERVAL_S": str(self.heartbeat_interval_s),
+            "RECLAIMNET_HEARTBEAT_TIMEOUT_S": str(self.heartbeat_timeout_s),
+            "RECLAIMNET_CONTROL_PERIOD_S": str(self.control_period_s),
+            "LOG_LEVEL": "INFO",
+        })
+        env.update(self.extra_env)
+        return env
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log_path = self.workdir / f"{name}.log"
+        fh = open(log_path, "ab")  # noqa: SIM115  (the child owns it)
+        try:
+            popen = subprocess.Popen(argv, cwd=REPO, env=env or self.env(), stdout=fh, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        finally:
+            fh.close()
+        proc = Proc(name, popen, log_path)
+        self.procs[name] = proc
+        return proc
+
+    @property
+    def portal_ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/agent/"
+
+    def flush_redis(self) -> None:
+        """Drop stale Celery messages from earlier runs (only the queue keys, not the whole database)."""
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url)
+        client.delete("celery", "unacked", "unacked_index", "unacked_mutex")
+
+    def start_portal(self) -> Proc:
+        self.port = self.port or free_port()
+        proc = self._spawn("daphne", [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                      "portal.asgi:application"])
+
+        def up() -> bool:
+            if not proc.alive():
+                raise RuntimeError(f"daphne exited:\n{proc.tail()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+                return True
+            return False
+
+        wait_for(up, 30, what="daphne to listen")
+        return proc
+
+    def start_worker(self) -> Proc:
+        proc = self._spawn("celery", [
+            PY, "-m", "celery", "-A", "portal", "worker", "-B", "-P", "solo", "--without-mingle",
+            "--without-gossip", "--without-heartbeat", "-l", "INFO",
+            "-s", str(self.workdir / "celerybeat-schedule"),
+        ])
+        wait_for(lambda: b"ready" in proc.log_path.read_bytes() or not proc.alive(), 30, what="celery ready")
+        if not proc.alive():
+            raise RuntimeError(f"celery exited:\n{proc.tail()}")
+        return proc
+
+    def start_agent(self, name: str, token: str, gpus: int = 2) -> Proc:
+        data_dir = self.workdir / "agents" / name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.procs.pop(f"agent-{name}", None)
+        return self._spawn(f"agent-{name}", [
+            PY, "-m", "nodeagent", "--portal", self.portal_ws, "--token", token, "--data-dir", str(data_dir),
+            "--simulate-gpus", str(gpus), "--base-dir", str(REPO),
+        ])
+
+    def agent_dir(self, name: str) -> Path:
+        return self.workdir / "agents" / name
+
+    def inject_faults(self, name: str, corrupt: int = 0, truncate: int = 0, classes: tuple[str, ...] = ()) -> None:
+        """Make the agent's next sends fail (test-only hook, see nodeagent.transfer.Faults)."""
+        path = self.agent_dir(name) / "faults.json"
+        path.write_text(json.dumps({"corrupt": corrupt, "truncate": truncate, "classes": list(classes)}))
+
+    def stop_all(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            proc.stop()
+
+
+def use_broker(url: str) -> Callable[[], None]:
+    """Point this process's Celery producer at ``url`` (the stack's worker); returns a function undoing it."""
+    from portal.celery import app
+
+    old = app.conf.broker_url
+    old_eager = app.conf.task_always_eager
+
+    def _switch(to: str, eager: bool = False) -> None:
+        app.conf.task_always_eager = eager  # tasks must reach the stack's worker, not run in this process
+        app.conf.broker_url = to
+        # The connection pool and the producer pool built on it cache connections to the old broker.
+        if app._pool is not None:
+            app._pool.force_close_all()
+            app._pool = None
+        app.amqp._producer_pool = None
+
+    _switch(url)
+    return lambda: _switch(old, old_eager)
+
+
+def make_campus(node_names: list[tuple[str, str]], gpus_per_node: int = 2,
+                access_bytes_per_s: float = 125e6) -> dict[str, tuple[int, str]]:
+    """Create a two-building campus (core, building switches, uplinks) and register the nodes.
+
+    ``node_names``: (node name, building code). Returns {name: (node id, raw agent token)}.
+    """
+    from portal.core.models import Building, Link, Provider, Switch
+    from portal.core.services.nodes import register_node
+
+    provider, _ = Provider.objects.get_or_create(slug="e2e-lab", defaults={"name": "E2E Lab"})
+    core, _ = Switch.objects.get_or_create(name="e2e-core", defaults={"tier": Switch.Tier.CORE})
+    out = {}
+    for name, code in node_names:
+        building, _ = Building.objects.get_or_create(name=f"E2E {code}")
+        switch, created = Switch.objects.get_or_create(name=f"e2e-sw-{code}",
+                                                       defaults={"tier": Switch.Tier.BUILDING, "building": building})
+        if created:
+            Link.objects.create(name=f"e2e-up-{code}", kind=Link.Kind.UPLINK, upper=core, lower_switch=switch,
+                                capacity_bytes_per_s=1.25e9)
+        node, token = register_node(None, provider=provider, building=building, name=name,
+                                    gpus=[{"model": "RTX 3090"}] * gpus_per_node,
+                                    access_link_bytes_per_s=access_bytes_per_s)
+        out[name] = (node.pk, token)
+    return out
+
+
+def submit_training_job(name: str, steps: int, step_sleep_s: float, pad_bytes: int = 0, loss_budget_s: float = 1.0,
+                        restart_s: float = 1.0) -> int:
+    """Queue the deterministic numpy job through the core service (the control plane places it)."""
+    from django.contrib.auth import get_user_model
+
+    from portal.core.models import ResearchGroup
+    from portal.core.services.jobs import submit_job
+
+    group, _ = ResearchGroup.objects.get_or_create(slug="e2e-group", defaults={"name": "E2E Group"})
+    user, _ = get_user_model().objects.get_or_create(username="e2e")
+    group.members.add(user)
+    job = submit_job(user, group=group, name=name, gpu_count=1, expected_runtime_s=max(1.0, steps * step_sleep_s),
+                     ckpt_bytes_estimate=max(1, pad_bytes + 4096),
+                     command=f"{TRAIN} --steps {steps} --step-sleep {step_sleep_s} --pad-bytes {pad_bytes}",
+                     loss_budget_s=loss_budget_s, restart_s=restart_s)
+    return job.pk
+
+
+def reference_weights(steps: int, pad_bytes: int, workdir: Path) -> str:
+    """The final-weights sha256 of an uninterrupted run (no agent, no sleep)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "RECLAIMNET_CKPT_DIR": str(workdir / "ckpt")}
+    subprocess.run([PY, str(REPO / "examples" / "train_numpy.py"), "--steps", str(steps), "--pad-bytes",
+                    str(pad_bytes), "--result", str(workdir / "result.json")], check=True, env=env, cwd=workdir,
+                   capture_output=True)
+    return str(json.loads((workdir / "result.json").read_text())["weights_sha256"])
