@@ -17,8 +17,11 @@
 
   function config(spec) {
     var hasRight = spec.datasets.some(function (ds) { return ds.yAxisID === "y1"; });
-    // Time axes thin their labels; category axes (hours, groups, buildings) show every one.
-    var ticks = spec.type === "line" ? { maxRotation: 0, autoSkip: true, maxTicksLimit: 6 } : { autoSkip: false };
+    // Time axes thin their labels; short category axes (groups, buildings) show every one; the 24 hours of
+    // day skip labels only where they do not fit (a phone), instead of piling up rotated.
+    var many = spec.labels.length > 12;
+    var ticks = spec.type === "line" ? { maxRotation: 0, autoSkip: true, maxTicksLimit: 6 }
+      : { autoSkip: many, maxRotation: many ? 0 : 50 };
     var scales = { x: { ticks: ticks }, y: { beginAtZero: true } };
     if (hasRight) scales.y1 = { beginAtZero: true, position: "right", grid: { drawOnChartArea: false } };
     return {

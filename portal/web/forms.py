@@ -86,7 +86,11 @@ class FloorForm(forms.Form):
 class LendingWindowForm(forms.Form):
     """One weekly window; the page shows several of these as a formset."""
 
-    weekday = forms.TypedChoiceField(choices=list(enumerate(WEEKDAYS)), coerce=int, label="Day")
+    # The empty choice matters: the page always shows one blank row, and a row whose day defaulted to Monday
+    # would count as "changed" and fail on its empty times, refusing a save that only changed the floor.
+    weekday = forms.TypedChoiceField(
+        choices=[("", "Choose a day"), *enumerate(WEEKDAYS)], coerce=int, empty_value=None, label="Day"
+    )
     start_time = forms.TimeField(widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"), label="From")
     end_time = forms.TimeField(widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"), label="Until")
 

@@ -3,7 +3,7 @@
 Run them in their own pytest process (STACK.md gotcha 4: pytest-playwright and pytest-asyncio clash):
 ``make test-browser``. What the session sets up:
 
-1. a fresh database ``reclaimnet_browser`` next to ``DATABASE_URL``'s (dropped at the end), migrated and
+1. a fresh database ``reclaimnet_browser_<pid>`` next to ``DATABASE_URL``'s (dropped at the end), migrated and
    seeded with ``seed_campus --demo-users`` and ``seed_history``;
 2. this process's Django connection is pointed at it (tests read and write rows there, e.g. to play the
    control plane), with ``DJANGO_ALLOW_ASYNC_UNSAFE`` because Playwright's sync API runs an event loop;
@@ -36,7 +36,9 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
-BROWSER_DB = "reclaimnet_browser"
+# One database per run: two checkouts sharing a PostgreSQL server (engineers running `make test` side by side)
+# must not drop or re-seed each other's database in the middle of a run.
+BROWSER_DB = f"reclaimnet_browser_{os.getpid()}"
 PASSWORD = "reclaimnet-demo"
 
 
@@ -205,8 +207,10 @@ def login(base_url: str) -> Callable[[Any, str], None]:
         page.goto(base_url + "/accounts/login/")
         page.get_by_label("Username").fill(username)
         page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_load_state("domcontentloaded")
-        assert "/accounts/login/" not in page.url, f"login as {username} failed"
+        with page.expect_navigation():
+            page.get_by_role("button", name="Sign in").click()
+        if "/accounts/login/" in page.url:
+            errors = page.locator(".form-errors").all_inner_texts()
+            pytest.fail(f"login as {username} failed: {errors}")
 
     return sign_in

@@ -121,3 +121,17 @@ def test_reclaim_history_is_newest_first(client_as: Callable[[str | None], Clien
     ReclaimEvent.objects.filter(pk=older.pk).update(requested_at=now - timedelta(days=1))
     reclaims = list(client_as("provider").get("/provider/reclaims/").context["reclaims"])
     assert [r.pk for r in reclaims] == [newer.pk, older.pk]
+
+
+def test_age_reads_naturally() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.web.templatetags.reclaimnet import age
+
+    now = timezone.now()
+    assert age(None) == "never"
+    assert age(now) == "just now"  # not "0.0 s ago"
+    assert age(now - timedelta(seconds=5)).endswith("s ago")
+    assert age(now - timedelta(minutes=5, seconds=1)) == "5 min 1 s ago"

@@ -49,7 +49,8 @@ def duration(seconds: float | None) -> str:
 def age(when: datetime | None) -> str:
     if when is None:
         return "never"
-    return duration(max(0.0, (timezone.now() - when).total_seconds())) + " ago"
+    seconds = (timezone.now() - when).total_seconds()
+    return "just now" if seconds < 1 else duration(seconds) + " ago"  # not "0.0 s ago"
 
 
 @register.filter

@@ -13,6 +13,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -237,8 +238,10 @@ def node_settings(request: HttpRequest, node_id: int) -> HttpResponse:
     windows = LendingWindowFormSet(request.POST, prefix="w")
     if floor_form.is_valid() and windows.is_valid():
         try:
-            node_services.update_node(node, request.user, gpu_floor=floor_form.cleaned_data["gpu_floor"])
-            node_services.set_lending_windows(node, request.user, windows_from_formset(windows))
+            # Both or neither: a refused window must not leave the new floor saved behind an error page.
+            with transaction.atomic():
+                node_services.update_node(node, request.user, gpu_floor=floor_form.cleaned_data["gpu_floor"])
+                node_services.set_lending_windows(node, request.user, windows_from_formset(windows))
         except ValidationError as exc:
             apply_service_errors(floor_form, exc)
         except PermissionDenied as exc:
