@@ -280,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     abl = {"abl-111 (reclaimnet)": results[("campus", "reclaimnet")]}
     abl.update({n: results[("campus", n)] for n in abl_names})
     abl["abl-000 (static)"] = results[("campus", "static")]
-    cols = ["policy", "work_lost_gpu_h", "lost_gpu_h", "overhead_gpu_h", "downtime_median_s", "downtime_p99_s",
+    cols = ["policy", "work_lost_gpu_h", "lost_gpu_h", "exp_em_lost_gpu_h", "overhead_gpu_h", "downtime_median_s",
+            "downtime_p99_s",
             "migration_success", "traffic_degradation", "gpu_utilization", "jobs_done", "interruptions"]
     table = [{"policy": p, **{c: main_rows[p][c] for c in cols[1:]}} for p in main_rows]
     print()

@@ -16,20 +16,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scheduler.p1 import P1Jobs, optimal_interval_s, plan_checkpoints
 from scheduler.p2 import P2Request, select_destination
-from scheduler.p3 import P3Flows, admit_flows_on_paths
+from scheduler.sim.control import LOCAL_WRITE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ControlMixin
 from scheduler.sim.cycles import advance_cycles, risk_integral, time_to_finish
-from scheduler.sim.network import LINE_RATE_BYTES_PER_S, allocate
+from scheduler.sim.network import LINE_RATE_BYTES_PER_S
 from scheduler.sim.policies import Policy
 from scheduler.sim.trace import Trace
 from scheduler.topology import CampusTree
 
 FUTURE, QUEUED, RUNNING, MOVING, RESTART, DONE, WAITNODE = range(7)
-LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
-MIN_RATE_BYTES_PER_S = 1e5
-RESERVE_FRACTION = 0.3  # SPEC §4 β for research
-P1_BETA = 0.2  # SPEC §2 Eq. 9 β
 BIG_S = 1e18
 
 
@@ -71,7 +66,7 @@ class SimResult:
     expected_lost_gpu_s: float = 0.0  # ∫ λ_true(t)·(work at risk) dt: the loss's conditional expectation
 
 
-class Simulator:
+class Simulator(ControlMixin):
     """One policy on one trace. `run()` returns a SimResult."""
 
     def __init__(self, trace: Trace, policy: Policy, seed: int = 0, period_s: float = 600.0,
@@ -126,6 +121,7 @@ class Simulator:
         self.hz = hazard_estimator or HazardEstimator(self.n_nodes, group_of=self.building.astype(np.int64),
                                                       prior_per_s=self.prior_hazard_per_s)
         self.bwe = BandwidthEstimator(self.n_links)
+        self.bwc = BandwidthEstimator(self.n_links)
 
     # ---- trace preprocessing -------------------------------------------------------------------
     def _sampled(self, table: str, default: np.ndarray) -> np.ndarray:
@@ -191,7 +187,8 @@ class Simulator:
         self.prog, self.durable, self.pos = np.zeros(J), np.zeros(J), np.zeros(J)
         self.delta = np.full(J, 600.0)
         self.s = np.ones(J)
-        self.bplan = np.full(J, LINE_RATE_BYTES_PER_S)
+        self.bplan = np.full(J, LINE_RATE_BYTES_PER_S)  # guaranteed pre-sync rate b_i (tcp: line rate)
+        self.wceil = np.full(J, LINE_RATE_BYTES_PER_S)  # its node's checkpoint budget B_ckpt (HTB ceil)
         self.holder = np.full(J, -1)
         self.first_start = np.full(J, np.nan)
         self.t_done = np.full(J, np.nan)
@@ -211,6 +208,7 @@ class Simulator:
         self.B = self.bw[:, 0].copy()
         self.R = self.res[:, 0].copy()
         self.Bminus = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
+        self.Bcap = np.maximum(self.B, MIN_RATE_BYTES_PER_S)
         self.use = None
         self.t_epoch, self.profile = 0.0, None
         self.lam_up = self.hz.hazard_upper_per_s(0.0)
@@ -242,7 +240,7 @@ class Simulator:
         if run.size:
             d, s, p = self.delta[run], self.s[run], self.pos[run]
             self.res_t.running_gpu_s += float(np.sum(self.jg[run])) * dt
-            if self.lam_true is not None:
+            if self.lam_true is not None and self.pol.interval != "oracle":  # the oracle saves just in time
                 risk = risk_integral(self.prog[run] - self.durable[run], p, d, s, dt)
                 self.res_t.expected_lost_gpu_s += self.lam_now * float(np.sum(risk * self.jg[run]))
             n, newp, work = advance_cycles(p, d, s, dt)
@@ -258,116 +256,6 @@ class Simulator:
         if self.use is not None:
             self.res_t.research_deficit_bytes += float(np.sum(self.use.active * self.use.deficit_bytes_per_s)) * dt
             self.res_t.research_demand_bytes += float(np.sum(self.use.active * np.minimum(self.R, self.B))) * dt
-
-    # ---- interval / bandwidth planning (P1) ------------------------------------------------------
-    def _replan(self, t: float, idx: np.ndarray | None = None) -> None:
-        """Per-control-period P1 plan for running jobs (SPEC §2), then remap their cycle positions."""
-        if idx is None:
-            idx = np.flatnonzero(self.st == RUNNING)
-        if idx.size == 0:
-            return
-        pol = self.pol
-        nodes = self.node[idx]
-        if pol.interval == "oracle":
-            self._remap(idx, np.full(idx.size, np.inf), np.zeros(idx.size))
-            return
-        if pol.interval == "local":
-            b = np.full(idx.size, LOCAL_WRITE_BYTES_PER_S)
-            lam = np.maximum(self.lam_up[nodes], 1e-12)
-            jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx], cap_bytes_per_s=b,
-                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
-            plan = plan_checkpoints(jobs, float(np.sum(b)) + 1.0, beta=P1_BETA)
-            self.bplan[idx] = b
-            self._remap(idx, plan.interval_s, self.C[idx] / b)
-            return
-        # node budget: (1 - reserve) of B⁻ on the access link minus admitted planned migrations (SPEC §4)
-        af = np.zeros(self.n_links)
-        for f in self.flows:
-            if not np.isnan(f["shaped"]):
-                af[f["links"]] += f["shaped"]
-        informed = pol.interval == "informed"  # P1 fed the true λ(t) and available bandwidth
-        avail = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S) if informed else self.Bminus
-        budget_node = np.maximum((1 - RESERVE_FRACTION) * avail - af, MIN_RATE_BYTES_PER_S)[self.access]
-        lam = np.maximum(self.lam_up[nodes], 1e-12)
-        if informed and self.lam_true is not None:
-            lam = np.full(idx.size, max(self.lam_now, 1e-12))
-        if pol.bandwidth_split == "p1":
-            jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
-                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
-            plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes)
-            b, interval = plan.bandwidth_bytes_per_s, plan.interval_s
-        else:
-            cnt = np.bincount(nodes, minlength=self.n_nodes)
-            b = budget_node[nodes] / cnt[nodes]
-            interval = np.full(idx.size, np.nan)
-        b = np.maximum(b, MIN_RATE_BYTES_PER_S)
-        interval = np.where(np.isnan(interval), optimal_interval_s(lam, self.C[idx], b), interval)
-        if pol.interval == "fixed":
-            interval = np.full(idx.size, pol.fixed_interval_s)
-        elif pol.interval == "static":
-            interval = optimal_interval_s(np.full(idx.size, self.mean_hazard_per_s), self.C[idx],
-                                          np.full(idx.size, self.mean_bw_bytes_per_s))
-        elif pol.interval == "truth":  # Lemma 1 at the true λ(t) and the true available bandwidth
-            lam_t = self.lam_now if self.lam_true is not None else self.mean_hazard_per_s
-            b_true = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)[self.access[nodes]]
-            interval = optimal_interval_s(np.full(idx.size, max(lam_t, 1e-12)), self.C[idx],
-                                          np.minimum(b_true, LINE_RATE_BYTES_PER_S))
-        elif pol.interval == "tv":
-            h = int((t / 3600.0) % 24)
-            interval = optimal_interval_s(np.full(idx.size, self.tv_hazard[h]), self.C[idx],
-                                          np.full(idx.size, self.tv_bw[h]))
-        self.bplan[idx] = b if pol.traffic == "p3" else LINE_RATE_BYTES_PER_S
-        self._remap(idx, interval, self.s[idx])
-
-    def _remap(self, idx: np.ndarray, new_delta: np.ndarray, new_s: np.ndarray) -> None:
-        """Carry a job's cycle position across a change of Δ or write time (see module docstring)."""
-        d, s, p = self.delta[idx], self.s[idx], self.pos[idx]
-        writing = p >= d
-        with np.errstate(invalid="ignore", divide="ignore"):
-            frac_done = np.where(writing & (s > 0), (p - d) / np.where(s > 0, s, 1.0), 0.0)
-            p_write = new_delta + np.clip(frac_done, 0.0, 1.0) * new_s
-            p_work = np.where(p >= new_delta, new_delta, p)
-        self.pos[idx] = np.where(writing, p_write, p_work)
-        self.delta[idx] = new_delta
-        self.s[idx] = new_s
-
-    # ---- network ---------------------------------------------------------------------------------
-    def _rates(self) -> None:
-        """Recompute link shares after any change; writers' stall times follow their actual rate."""
-        run = np.flatnonzero(self.st == RUNNING)
-        net_writers = run if self.pol.interval not in ("oracle", "local") else run[:0]
-        shaped = np.array([f["shaped"] for f in self.flows]) if self.flows else np.zeros(0)
-        links = [f["links"] for f in self.flows]
-        duty = np.zeros(net_writers.size)
-        if net_writers.size:
-            dd, ss = self.delta[net_writers], self.s[net_writers]
-            duty = np.where(np.isfinite(dd), ss / (dd + ss), 0.0)
-        self.use = allocate(self.pol.traffic, self.B, self.R, links, shaped, self.access[self.node[net_writers]],
-                            self.bplan[net_writers], duty)
-        if net_writers.size:
-            b = np.maximum(self.use.writer_rate_bytes_per_s, MIN_RATE_BYTES_PER_S)
-            new_s = self.C[net_writers] / b
-            ch = np.abs(new_s - self.s[net_writers]) > 1e-9 * np.maximum(new_s, 1.0)
-            if np.any(ch):
-                w = net_writers[ch]
-                self._remap(w, self.delta[w], new_s[ch])
-
-    def _admit(self, t: float) -> None:
-        """P3 (SPEC §4) over all planned flows still inside their notice window; others ride CS1."""
-        planned = [k for k, f in enumerate(self.flows) if f["kind"] in ("planned", "drain") and f["deadline"] > t]
-        for f in self.flows:
-            f["shaped"] = np.nan
-        if self.pol.traffic != "p3" or not planned:
-            return
-        fl = [self.flows[k] for k in planned]
-        flows = P3Flows(ids=tuple(f"f{f['id']}" for f in fl), bytes=np.array([f["left"] for f in fl]),
-                        notice_s=np.array([f["deadline"] - t for f in fl]),
-                        restart_s=np.array([self.Tr[f["job"]] for f in fl]),
-                        cap_bytes_per_s=np.full(len(fl), LINE_RATE_BYTES_PER_S))
-        dec = admit_flows_on_paths(flows, self.Bminus, [f["links"] for f in fl], reserve_fraction=RESERVE_FRACTION)
-        for k, f in enumerate(fl):
-            if dec.admitted[k]:
-                f["shaped"] = float(dec.rate_bytes_per_s[k])
 
     # ---- placement and destinations (P2) ---------------------------------------------------------
     def _feasible(self, j: int, exclude: int = -1) -> np.ndarray:
@@ -524,15 +412,6 @@ class Simulator:
                 self.node[j] = -1
         self._admit(t)
 
-    def _final_fits(self, j: int, n: int, tau: float, restart_s: float) -> bool:
-        """P1's final-checkpoint test C/b + T_r <= τ at 70% of B⁻ (static: at the trace-mean bandwidth)."""
-        if self.pol.interval in ("p1", "fixed", "tv", "truth", "informed"):
-            b = self.Bminus[self.access[n]] * (1 - RESERVE_FRACTION)
-            jobs = P1Jobs.build((self.job_ids[j],), np.array([1e-6]), self.C[j:j + 1],
-                                notice_s=np.array([tau]), restart_s=np.array([restart_s]))
-            return bool(plan_checkpoints(jobs, b, beta=P1_BETA).final_checkpoint[0])
-        return bool(self.C[j] / max(self.mean_bw_bytes_per_s, 1.0) + restart_s <= tau)
-
     def _drain(self, j: int, t: float) -> None:
         self.pre_drain[j] = float(self.durable[j])
         self.durable[j] = self.prog[j]
@@ -672,7 +551,10 @@ class Simulator:
         for i in range(3):
             noise = self.rng.lognormal(0.0, 0.1, self.n_links)
             self.bwe.observe(t + 0.1 * i, resid * noise)
+            self.bwc.observe(t + 0.1 * i, self.B * noise)
+        # B⁻ of what research leaves (P2's transfer times) and of each link (P3's capacity, P1's budget)
         self.Bminus = np.maximum(self.bwe.lower_bytes_per_s(), MIN_RATE_BYTES_PER_S)
+        self.Bcap = np.maximum(self.bwc.lower_bytes_per_s(), MIN_RATE_BYTES_PER_S)
         # estimates refresh once per control period (departures recorded since count from the next one)
         self.t_epoch, self.profile = t, None
         self.lam_up = self.hz.hazard_upper_per_s(t)

@@ -49,4 +49,6 @@ def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
         "interruptions": len(ints),
         "hazard_rel_error_median": None if np.isnan(err) else round(err, 4),
         "migrated_tb": round(r.migration_bytes / 1e12, 4),
+        "exp_em_lost_gpu_h": round(r.expected_lost_gpu_s / 3600.0, 4)
+        if r.hazard_true_per_s and r.expected_lost_gpu_s > 0 else None,
     }

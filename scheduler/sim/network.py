@@ -1,14 +1,21 @@
 """Link-rate model of the simulator: who gets how much of each campus link (SPEC §1, §4).
 
-Two regimes:
-- ``p3``: admitted planned migrations (AF41) get their shaped P3 rate first; research (best effort) gets its
-  demand from what is left; pre-sync writes and recovery/degraded transfers (CS1) share the remainder
-  equally, each capped at its own rate (a BPF token bucket per flow).
+A pre-sync writer (a running job's checkpoint copy off the node) only transfers during its write, a
+fraction `duty` = s/(Δ+s) of the time. Both regimes count the writers it competes with the same way, by
+their expected number writing at the same time (the sum of the other writers' duties on that link), and
+under both a stall lasts C / (the rate it gets), so every policy's checkpoint is charged by one rule.
+
+- ``p3`` (HTB at the provider egress, SPEC §4): admitted planned migrations (AF41) get their shaped P3
+  rate; research (best effort) keeps its reserve min(R, β·B); each pre-sync writer (CS1) is guaranteed
+  its P1 rate b_i and borrows, work-conservingly, the unused part of its node's checkpoint budget
+  B_ckpt (its ceil: capacity − reserve − admitted migrations, as P1 planned it), never the reserve;
+  recovery and unadmitted transfers scavenge what research and the writers leave.
 - ``tcp``: no shaping; research and every bulk flow share each link in proportion to demand (bulk flows
   demand the 1 Gbit/s access line rate), which is how long TCP flows crowd out interactive traffic.
 
-Research degradation is the research demand not served, weighted by the share of time a link carries
-bulk traffic that can degrade research (migrations always; pre-sync writes for their duty cycle, in tcp).
+Research degradation is the research demand not served, over the link-time that carries bulk traffic
+able to take research bandwidth (migrations and pre-sync writes in tcp; admitted migrations and pre-sync
+writes above the reserve in p3; scavengers never take it).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LINE_RATE_BYTES_PER_S = 125e6  # 1 Gbit/s access line rate: the demand of an unshaped bulk flow
+RESERVE_FRACTION = 0.3  # SPEC §4 β: research reserve per bottleneck
 
 
 @dataclass(frozen=True)
@@ -25,44 +33,55 @@ class LinkUse:
     """Rates for one interval between events."""
 
     flow_rate_bytes_per_s: np.ndarray
-    writer_rate_bytes_per_s: np.ndarray
+    writer_rate_bytes_per_s: np.ndarray  # each writer's rate while it writes
     active: np.ndarray  # per link, in [0, 1]: share of time research competes with bulk traffic
     deficit_bytes_per_s: np.ndarray  # per link, research demand not served while active
 
 
+def _flow_index(flow_links: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    if not flow_links:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    f_idx = np.concatenate([np.full(len(x), k) for k, x in enumerate(flow_links)]).astype(np.int64)
+    return f_idx, np.concatenate(flow_links).astype(np.int64)
+
+
 def allocate(mode: str, avail_bytes_per_s: np.ndarray, research_bytes_per_s: np.ndarray,
              flow_links: list[np.ndarray], shaped_bytes_per_s: np.ndarray,
-             writer_link: np.ndarray, writer_cap_bytes_per_s: np.ndarray, writer_duty: np.ndarray) -> LinkUse:
-    """Rates of flows (shaped rate, NaN = scavenger) and pre-sync writers (link index, cap, duty)."""
+             writer_link: np.ndarray, writer_cap_bytes_per_s: np.ndarray, writer_duty: np.ndarray,
+             writer_ceil_bytes_per_s: np.ndarray | None = None) -> LinkUse:
+    """Rates of flows (shaped rate, NaN = unadmitted) and pre-sync writers (link index, guaranteed rate
+    b_i (tcp: its line-rate demand), duty, and in p3 the ceil B_ckpt of its node's class)."""
     n_l = avail_bytes_per_s.shape[0]
     b = avail_bytes_per_s
     r = np.minimum(research_bytes_per_s, b)
     n_f = len(flow_links)
-    if n_f:
-        f_idx = np.concatenate([np.full(len(x), k) for k, x in enumerate(flow_links)]).astype(np.int64)
-        f_lnk = np.concatenate(flow_links).astype(np.int64)
-    else:
-        f_idx = f_lnk = np.zeros(0, dtype=np.int64)
-    flow_rate = np.zeros(n_f)
-    on_link = np.bincount(f_lnk, minlength=n_l) > 0
+    f_idx, f_lnk = _flow_index(flow_links)
     wl = writer_link.astype(np.int64)
+    duty = np.clip(writer_duty, 0.0, 1.0)
+    dsum = np.bincount(wl, weights=duty, minlength=n_l)
+    others = dsum[wl] - duty  # expected number of other writers writing at the same time
+    on_link = np.bincount(f_lnk, minlength=n_l) > 0
     if mode == "tcp":
-        demand = r + np.bincount(f_lnk, minlength=n_l) * LINE_RATE_BYTES_PER_S
-        demand = demand + np.bincount(wl, minlength=n_l) * LINE_RATE_BYTES_PER_S
+        n_fl = np.bincount(f_lnk, minlength=n_l) * LINE_RATE_BYTES_PER_S
+        # a link while bulk traffic is on it: every flow, and the writers expected to be writing (>= 1)
+        bulk = n_fl + np.where(dsum > 0, np.maximum(dsum, 1.0), 0.0) * LINE_RATE_BYTES_PER_S
+        demand = r + bulk
         with np.errstate(divide="ignore", invalid="ignore"):
             scale = np.where(demand > b, b / demand, 1.0)
+            w_demand = r[wl] + n_fl[wl] + (1.0 + others) * LINE_RATE_BYTES_PER_S
+            w_scale = np.where(w_demand > b[wl], b[wl] / w_demand, 1.0)
+        flow_rate = np.zeros(n_f)
         if n_f:
             per = np.ones(n_f)
             np.minimum.at(per, f_idx, scale[f_lnk])
             flow_rate = LINE_RATE_BYTES_PER_S * per
-        w_rate = np.minimum(writer_cap_bytes_per_s, LINE_RATE_BYTES_PER_S * scale[wl])
-        duty = np.bincount(wl, weights=writer_duty, minlength=n_l)
-        active = np.minimum(1.0, on_link + duty)
-        deficit = r * (1.0 - scale)
-        return LinkUse(flow_rate, w_rate, active, deficit)
+        w_rate = np.minimum(writer_cap_bytes_per_s, LINE_RATE_BYTES_PER_S * w_scale)
+        active = np.minimum(1.0, on_link + dsum)
+        return LinkUse(flow_rate, w_rate, active, r * (1.0 - scale))
     shaped = np.where(np.isnan(shaped_bytes_per_s), 0.0, shaped_bytes_per_s)
     af = ~np.isnan(shaped_bytes_per_s)
     af_load = np.zeros(n_l)
+    flow_rate = np.zeros(n_f)
     if n_f:
         np.add.at(af_load, f_lnk, shaped[f_idx])
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -72,18 +91,33 @@ def allocate(mode: str, avail_bytes_per_s: np.ndarray, research_bytes_per_s: np.
         flow_rate = np.where(af, shaped * per, 0.0)
         af_load = np.zeros(n_l)
         np.add.at(af_load, f_lnk, flow_rate[f_idx])
-    served = np.minimum(r, np.maximum(0.0, b - af_load))
-    left = np.maximum(0.0, b - af_load - r)
+    # CS1 (pre-sync) may use everything but admitted migrations and research's reserve (HTB ceil)
+    reserve = np.minimum(r, RESERVE_FRACTION * b)
+    cs1 = np.maximum(0.0, b - af_load - reserve)
+    ceil = np.full(wl.size, np.inf) if writer_ceil_bytes_per_s is None else writer_ceil_bytes_per_s
+    cap = np.minimum(np.minimum(ceil, cs1[wl]), LINE_RATE_BYTES_PER_S)
+    guaranteed = np.minimum(writer_cap_bytes_per_s, cap)
+    w_rate = np.maximum(guaranteed, cap / (1.0 + others))  # HTB: own rate, plus a share of idle budget
+    w_load = np.bincount(wl, weights=duty * w_rate, minlength=n_l)  # time-average pre-sync load
+    # unadmitted/recovery transfers scavenge what research and the writers leave
+    left = np.maximum(0.0, b - af_load - r - w_load)
     scav_f = ~af
     n_scav = np.bincount(f_lnk[scav_f[f_idx]], minlength=n_l).astype(float) if n_f else np.zeros(n_l)
-    n_scav += np.bincount(wl, minlength=n_l)
-    share = np.where(n_scav > 0, left / np.maximum(n_scav, 1.0), left)
     if n_f and np.any(scav_f):
         per = np.full(n_f, LINE_RATE_BYTES_PER_S)
-        np.minimum.at(per, f_idx, share[f_lnk])
+        np.minimum.at(per, f_idx, (left / np.maximum(n_scav, 1.0))[f_lnk])
         flow_rate = np.where(scav_f, per, flow_rate)
-    w_rate = np.minimum(writer_cap_bytes_per_s, share[wl])
-    af_on = np.zeros(n_l, dtype=bool)
+    af_on = np.zeros(n_l)
     if n_f and np.any(af):
-        af_on[f_lnk[af[f_idx]]] = True
-    return LinkUse(flow_rate, w_rate, af_on.astype(float), r - served)
+        af_on[f_lnk[af[f_idx]]] = 1.0
+    # research while AF41 alone is on the link, and while a pre-sync write is on it too
+    def_af = r - np.minimum(r, np.maximum(0.0, b - af_load))
+    w_mean = np.bincount(wl, weights=duty * w_rate, minlength=n_l) / np.maximum(dsum, 1e-300)
+    w_on = np.where(dsum > 0, np.maximum(dsum, 1.0) * w_mean, 0.0)
+    def_w = r - np.minimum(r, np.maximum(0.0, b - af_load - w_on))
+    t_w = np.minimum(1.0, dsum)
+    active = np.minimum(1.0, af_on + t_w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        deficit = np.where(active > 0, (np.maximum(af_on - t_w, 0.0) * def_af + t_w * def_w)
+                           / np.where(active > 0, active, 1.0), 0.0)
+    return LinkUse(flow_rate, w_rate, active, deficit)

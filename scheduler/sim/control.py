@@ -1,0 +1,153 @@
+"""Control-period planning and link shares of the simulator (SPEC §2 P1, §4 P3): a mixin of `Simulator`.
+
+P1 plans every running job's checkpoint interval Δ_i and guaranteed pre-sync rate b_i against the node's
+checkpoint budget B_ckpt = (1 - β)·B⁻ - admitted planned migrations (SPEC §4: the link capacity less the
+research reserve less AF41), P3 admits planned migrations, and `_rates` turns both into actual rates
+(`scheduler.sim.network.allocate`): a checkpoint stall lasts C / (its actual rate) under every policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from scheduler.p1 import P1Jobs, optimal_interval_s, plan_checkpoints
+from scheduler.p3 import P3Flows, admit_flows_on_paths
+from scheduler.sim.network import LINE_RATE_BYTES_PER_S, RESERVE_FRACTION, allocate
+
+LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
+MIN_RATE_BYTES_PER_S = 1e5
+P1_BETA = 0.2  # SPEC §2 Eq. 9 β
+RUNNING = 2  # engine state code (engine.FUTURE, QUEUED, RUNNING, ...)
+
+
+class ControlMixin:
+    """`_replan` (P1), `_remap`, `_rates` (link shares), `_admit` (P3), `_final_fits` for `Simulator`."""
+
+    # attributes provided by Simulator
+    pol: Any
+    st: np.ndarray
+
+    # ---- interval / bandwidth planning (P1) ------------------------------------------------------
+    def _replan(self, t: float, idx: np.ndarray | None = None) -> None:
+        """Per-control-period P1 plan for running jobs (SPEC §2), then remap their cycle positions."""
+        if idx is None:
+            idx = np.flatnonzero(self.st == RUNNING)
+        if idx.size == 0:
+            return
+        pol = self.pol
+        nodes = self.node[idx]
+        if pol.interval == "oracle":
+            self._remap(idx, np.full(idx.size, np.inf), np.zeros(idx.size))
+            return
+        if pol.interval == "local":
+            b = np.full(idx.size, LOCAL_WRITE_BYTES_PER_S)
+            lam = np.maximum(self.lam_up[nodes], 1e-12)
+            jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx], cap_bytes_per_s=b,
+                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
+            plan = plan_checkpoints(jobs, float(np.sum(b)) + 1.0, beta=P1_BETA)
+            self.bplan[idx] = b
+            self._remap(idx, plan.interval_s, self.C[idx] / b)
+            return
+        # node budget B_ckpt: the access link's capacity (lower bound B⁻) less the research reserve less
+        # admitted planned migrations (SPEC §4 "pre-sync traffic uses what planned migrations leave")
+        af = np.zeros(self.n_links)
+        for f in self.flows:
+            if not np.isnan(f["shaped"]):
+                af[f["links"]] += f["shaped"]
+        informed = pol.interval == "informed"  # P1 fed the true λ(t) and link bandwidth
+        cap = self.B if informed else self.Bcap
+        budget_node = np.maximum((1 - RESERVE_FRACTION) * cap - af, MIN_RATE_BYTES_PER_S)[self.access]
+        lam = np.maximum(self.lam_up[nodes], 1e-12)
+        if informed and self.lam_true is not None:
+            lam = np.full(idx.size, max(self.lam_now, 1e-12))
+        if pol.bandwidth_split == "p1":
+            jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
+                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
+            plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes)
+            b, interval = plan.bandwidth_bytes_per_s, plan.interval_s
+        else:
+            cnt = np.bincount(nodes, minlength=self.n_nodes)
+            b = budget_node[nodes] / cnt[nodes]
+            interval = np.full(idx.size, np.nan)
+        b = np.maximum(b, MIN_RATE_BYTES_PER_S)
+        interval = np.where(np.isnan(interval), optimal_interval_s(lam, self.C[idx], b), interval)
+        if pol.interval == "fixed":
+            interval = np.full(idx.size, pol.fixed_interval_s)
+        elif pol.interval == "static":
+            interval = optimal_interval_s(np.full(idx.size, self.mean_hazard_per_s), self.C[idx],
+                                          np.full(idx.size, self.mean_bw_bytes_per_s))
+        elif pol.interval == "truth":  # Lemma 1 at the true λ(t) and the true available bandwidth
+            lam_t = self.lam_now if self.lam_true is not None else self.mean_hazard_per_s
+            b_true = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)[self.access[nodes]]
+            interval = optimal_interval_s(np.full(idx.size, max(lam_t, 1e-12)), self.C[idx],
+                                          np.minimum(b_true, LINE_RATE_BYTES_PER_S))
+        elif pol.interval == "tv":
+            h = int((t / 3600.0) % 24)
+            interval = optimal_interval_s(np.full(idx.size, self.tv_hazard[h]), self.C[idx],
+                                          np.full(idx.size, self.tv_bw[h]))
+        p3 = pol.traffic == "p3"
+        self.bplan[idx] = b if p3 else LINE_RATE_BYTES_PER_S
+        self.wceil[idx] = budget_node[nodes] if p3 else LINE_RATE_BYTES_PER_S
+        self._remap(idx, interval, self.s[idx])
+
+    def _remap(self, idx: np.ndarray, new_delta: np.ndarray, new_s: np.ndarray) -> None:
+        """Carry a job's cycle position across a change of Δ or write time (see module docstring)."""
+        d, s, p = self.delta[idx], self.s[idx], self.pos[idx]
+        writing = p >= d
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac_done = np.where(writing & (s > 0), (p - d) / np.where(s > 0, s, 1.0), 0.0)
+            p_write = new_delta + np.clip(frac_done, 0.0, 1.0) * new_s
+            p_work = np.where(p >= new_delta, new_delta, p)
+        self.pos[idx] = np.where(writing, p_write, p_work)
+        self.delta[idx] = new_delta
+        self.s[idx] = new_s
+
+    # ---- network ---------------------------------------------------------------------------------
+    def _rates(self) -> None:
+        """Recompute link shares after any change; writers' stall times follow their actual rate."""
+        run = np.flatnonzero(self.st == RUNNING)
+        net_writers = run if self.pol.interval not in ("oracle", "local") else run[:0]
+        shaped = np.array([f["shaped"] for f in self.flows]) if self.flows else np.zeros(0)
+        links = [f["links"] for f in self.flows]
+        duty = np.zeros(net_writers.size)
+        if net_writers.size:
+            dd, ss = self.delta[net_writers], self.s[net_writers]
+            duty = np.where(np.isfinite(dd), ss / (dd + ss), 0.0)
+        self.use = allocate(self.pol.traffic, self.B, self.R, links, shaped, self.access[self.node[net_writers]],
+                            self.bplan[net_writers], duty, self.wceil[net_writers])
+        if net_writers.size:
+            b = np.maximum(self.use.writer_rate_bytes_per_s, MIN_RATE_BYTES_PER_S)
+            new_s = self.C[net_writers] / b
+            ch = np.abs(new_s - self.s[net_writers]) > 1e-9 * np.maximum(new_s, 1.0)
+            if np.any(ch):
+                w = net_writers[ch]
+                self._remap(w, self.delta[w], new_s[ch])
+
+    def _admit(self, t: float) -> None:
+        """P3 (SPEC §4) over all planned flows still inside their notice window; others ride CS1."""
+        planned = [k for k, f in enumerate(self.flows) if f["kind"] in ("planned", "drain") and f["deadline"] > t]
+        for f in self.flows:
+            f["shaped"] = np.nan
+        if self.pol.traffic != "p3" or not planned:
+            return
+        fl = [self.flows[k] for k in planned]
+        flows = P3Flows(ids=tuple(f"f{f['id']}" for f in fl), bytes=np.array([f["left"] for f in fl]),
+                        notice_s=np.array([f["deadline"] - t for f in fl]),
+                        restart_s=np.array([self.Tr[f["job"]] for f in fl]),
+                        cap_bytes_per_s=np.full(len(fl), LINE_RATE_BYTES_PER_S))
+        dec = admit_flows_on_paths(flows, self.Bcap, [f["links"] for f in fl], reserve_fraction=RESERVE_FRACTION)
+        for k, f in enumerate(fl):
+            if dec.admitted[k]:
+                f["shaped"] = float(dec.rate_bytes_per_s[k])
+
+    def _final_fits(self, j: int, n: int, tau: float, restart_s: float) -> bool:
+        """P1's final-checkpoint test C/b + T_r <= τ at P3's migration budget (1 - β)·B⁻ of the access link
+        (static: at the trace-mean available bandwidth)."""
+        if self.pol.interval in ("p1", "fixed", "tv", "truth", "informed"):
+            b = self.Bcap[self.access[n]] * (1 - RESERVE_FRACTION)
+            jobs = P1Jobs.build((self.job_ids[j],), np.array([1e-6]), self.C[j:j + 1],
+                                notice_s=np.array([tau]), restart_s=np.array([restart_s]))
+            return bool(plan_checkpoints(jobs, b, beta=P1_BETA).final_checkpoint[0])
+        return bool(self.C[j] / max(self.mean_bw_bytes_per_s, 1.0) + restart_s <= tau)
