@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
-from portal.control import dispatch
 from portal.core.models import Building, Node, Provider, ResearchGroup
 from tests.portal import factories as f
 
@@ -67,18 +66,8 @@ def client_for(world: World) -> Callable[[str | None], APIClient]:
     return make
 
 
-@dataclass
-class DispatchSpy:
-    calls: list[tuple[str, int]] = field(default_factory=list)
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
 
 @pytest.fixture
-def dispatch_spy(monkeypatch: pytest.MonkeyPatch) -> DispatchSpy:
+def dispatch_spy(monkeypatch: pytest.MonkeyPatch) -> f.DispatchSpy:
     """Record calls to the control-plane hooks instead of running them."""
-    spy = DispatchSpy()
-    for name in ("on_job_submitted", "on_job_cancelled", "on_reclaim_requested", "on_node_lent_again"):
-        monkeypatch.setattr(dispatch, name, lambda obj_id, _name=name: spy.calls.append((_name, obj_id)))
-    return spy
+    return f.install_dispatch_spy(monkeypatch)

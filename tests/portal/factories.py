@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.utils import timezone
 
+from portal.control import dispatch
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.models import (
     Building,
@@ -109,3 +112,21 @@ def make_checkpoint(job: Job, node: Node, *, sequence: int = 1, size_bytes: int 
         job=job, node=node, sequence=sequence, size_bytes=size_bytes, sha256="0" * 64,
         taken_at=completed - dt.timedelta(seconds=5), completed_at=completed,
     )
+
+
+@dataclass
+class DispatchSpy:
+    """Records calls to the control-plane hooks (portal.control.dispatch) instead of running them."""
+
+    calls: list[tuple[str, int]] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+
+def install_dispatch_spy(monkeypatch: pytest.MonkeyPatch) -> DispatchSpy:
+    """Replace every hook in ``portal.control.dispatch`` with a recorder; returns the recorder."""
+    spy = DispatchSpy()
+    for name in ("on_job_submitted", "on_job_cancelled", "on_reclaim_requested", "on_node_lent_again"):
+        monkeypatch.setattr(dispatch, name, lambda obj_id, _name=name: spy.calls.append((_name, obj_id)))
+    return spy

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from portal.control import dispatch
 from portal.core.models import Job, Node, Provider, ResearchGroup
 from tests.portal import factories as f
 
@@ -64,18 +63,8 @@ def client_as(campus: Campus) -> Callable[[str | None], Client]:
     return make
 
 
-@dataclass
-class DispatchSpy:
-    calls: list[tuple[str, int]] = field(default_factory=list)
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
 
 @pytest.fixture(autouse=True)
-def dispatch_spy(monkeypatch: pytest.MonkeyPatch) -> DispatchSpy:
+def dispatch_spy(monkeypatch: pytest.MonkeyPatch) -> f.DispatchSpy:
     """The control plane is not under test here: record its hooks instead of running them."""
-    spy = DispatchSpy()
-    for name in ("on_job_submitted", "on_job_cancelled", "on_reclaim_requested", "on_node_lent_again"):
-        monkeypatch.setattr(dispatch, name, lambda obj_id, _name=name: spy.calls.append((_name, obj_id)))
-    return spy
+    return f.install_dispatch_spy(monkeypatch)

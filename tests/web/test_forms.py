@@ -10,7 +10,8 @@ from django.test import Client
 
 from portal.core.models import Job, LendingWindow, Node, ReclaimEvent
 from portal.core.models.nodes import hash_agent_token
-from tests.web.conftest import Campus, DispatchSpy
+from tests.portal.factories import DispatchSpy
+from tests.web.conftest import Campus
 
 pytestmark = pytest.mark.django_db
 
