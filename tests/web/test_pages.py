@@ -29,7 +29,7 @@ def test_user_without_role_gets_a_welcome_page(client_as: Callable[[str | None],
 
 
 @pytest.mark.parametrize(
-    "url", ["/", "/provider/", "/provider/reclaims/", "/jobs/", "/jobs/new/", "/dashboard/",
+    "url", ["/provider/", "/provider/reclaims/", "/jobs/", "/jobs/new/", "/dashboard/",
             "/dashboard/export/groups.csv"]
 )
 def test_login_required_everywhere(client_as: Callable[[str | None], Client], url: str) -> None:

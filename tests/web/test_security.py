@@ -46,7 +46,7 @@ def test_post_routes_list_is_complete(client_as: Callable[[str | None], Client],
     assert post_only == POST_ROUTES
 
 
-@pytest.mark.parametrize("name", [p.name for p in _routes()])
+@pytest.mark.parametrize("name", [p.name for p in _routes() if p.name != "home"])
 def test_every_route_needs_a_login(client_as: Callable[[str | None], Client], campus: Campus, name: str) -> None:
     pattern = next(p for p in _routes() if p.name == name)
     client = client_as(None)
@@ -55,6 +55,22 @@ def test_every_route_needs_a_login(client_as: Callable[[str | None], Client], ca
         assert response.status_code == 302, url
         assert response["Location"].startswith("/accounts/login/"), url
     assert not ReclaimEvent.objects.exists()
+
+
+def test_front_door_shows_only_the_sign_in_form(client_as: Callable[[str | None], Client], campus: Campus) -> None:
+    """``/`` answers visitors with the sign-in form and nothing else; a wrong password signs nobody in."""
+    client = client_as(None)
+    page = client.get("/")
+    assert page.status_code == 200 and b'name="password"' in page.content
+    assert campus.node.name.encode() not in page.content and campus.job.name.encode() not in page.content
+    refused = client.post("/", {"username": "provider", "password": "wrong"})
+    assert refused.status_code == 200 and "_auth_user_id" not in client.session
+    assert client.get("/provider/").status_code == 302
+    user = campus.users["provider"]
+    user.set_password(f.PASSWORD)
+    user.save()
+    signed_in = client.post("/", {"username": "provider", "password": f.PASSWORD})
+    assert signed_in.status_code == 302 and client.get("/provider/").status_code == 200
 
 
 @pytest.mark.parametrize("name", sorted(POST_ROUTES))

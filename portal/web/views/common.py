@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -23,10 +23,12 @@ def render_page(
     return render(request, template, context)
 
 
-@login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """``/``: admins to the dashboard, providers to their nodes, researchers to their jobs."""
+    """``/``: the sign-in form for visitors (the only public page); then admins to the dashboard, providers
+    to their nodes, researchers to their jobs."""
     user = request.user
+    if not user.is_authenticated:
+        return LoginView.as_view()(request)
     if is_admin(user):
         return redirect("web:dashboard")
     if is_provider_member(user):
