@@ -181,22 +181,30 @@ class Agent:
         """Every 100 ms: sample egress, report new checkpoints (manifests) and exited jobs."""
         while True:
             await asyncio.sleep(0.1)
-            self.egress.sample()
-            for job_id, run in list(self.jobs.items()):
-                for manifest in jobkit.list_manifests(run.ckpt_dir):
-                    if manifest.sequence not in run.reported_sequences:
-                        run.reported_sequences.add(manifest.sequence)
-                        await self.send(self._checkpoint_message(job_id, manifest))
-                code = run.proc.poll()
-                if code is not None:
-                    del self.jobs[job_id]
-                    for manifest in jobkit.list_manifests(run.ckpt_dir):  # a final checkpoint written at exit
-                        if manifest.sequence not in run.reported_sequences:
-                            run.reported_sequences.add(manifest.sequence)
-                            await self.send(self._checkpoint_message(job_id, manifest))
-                    await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": code,
-                                     "step": run.step(), "result": run.result(),
-                                     "reason": run.stop_reason or ("completed" if code == 0 else "exited")})
+            try:
+                await self._watch_once()
+            except Exception:  # one bad pass must not stop job exit reports for good; the next re-reads all
+                log.exception("watch loop pass failed")
+
+    async def _watch_once(self) -> None:
+        """Sample egress; report new checkpoints (manifests) and exited jobs."""
+        self.egress.sample()
+        for job_id, run in list(self.jobs.items()):
+            await self._report_checkpoints(job_id, run)
+            code = run.proc.poll()
+            if code is not None:
+                del self.jobs[job_id]
+                await self._report_checkpoints(job_id, run)  # a final checkpoint written at exit
+                await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": code,
+                                 "step": run.step(), "result": run.result(),
+                                 "reason": run.stop_reason or ("completed" if code == 0 else "exited")})
+
+    async def _report_checkpoints(self, job_id: str, run: RunningJob) -> None:
+        """Send checkpoint_done for each of the job's checkpoints not reported yet (the outbox keeps them)."""
+        for manifest in jobkit.list_manifests(run.ckpt_dir):
+            if manifest.sequence not in run.reported_sequences:
+                run.reported_sequences.add(manifest.sequence)
+                await self.send(self._checkpoint_message(job_id, manifest))
 
     @staticmethod
     def _checkpoint_message(job_id: str, m: jobkit.Manifest) -> dict[str, Any]:
@@ -291,9 +299,13 @@ class Agent:
 
     async def _send_checkpoint(self, msg: dict[str, Any]) -> None:
         job_id, sequence = str(msg["job_id"]), int(msg["sequence"])
-        ckpt = store_dir(self.data_dir, job_id)
-        manifest = next((m for m in jobkit.list_manifests(ckpt) if m.sequence == sequence), None)
-        if manifest is None:
+        try:
+            ckpt = store_dir(self.data_dir, job_id)
+        except ValueError as exc:  # runs as its own task: report the failure, never leave it unobserved
+            log.warning("send_checkpoint refused: %s", exc)
+            ckpt = None
+        manifest = next((m for m in jobkit.list_manifests(ckpt) if m.sequence == sequence), None) if ckpt else None
+        if manifest is None or ckpt is None or (ckpt / manifest.file).is_symlink():
             await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": False,
                              "attempts": 0, "elapsed_s": 0.0, "errors": ["checkpoint not on this node"]})
             return
@@ -318,8 +330,7 @@ class Agent:
         ckpt = store_dir(self.data_dir, str(msg["job_id"]))
         for m in jobkit.list_manifests(ckpt):
             if m.sequence < int(msg.get("keep_from", 0)) and str(msg["job_id"]) not in self.jobs:
-                for suffix in (jobkit.MANIFEST_SUFFIX, jobkit.DATA_SUFFIX):
-                    (ckpt / f"{jobkit.ckpt_stem(m.sequence)}{suffix}").unlink(missing_ok=True)
+                jobkit.remove_checkpoint(ckpt, m.sequence)
 
     async def _cmd_reclaim_notice(self, msg: dict[str, Any]) -> None:
         """Warn → drain → force (SPEC §1): whatever the portal manages, force at the deadline locally."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -113,18 +114,29 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> Agen
         for key in ("heartbeat_interval_s", "reconnect_min_s", "reconnect_max_s"):
             if key in values:
                 kwargs[key] = float(values.pop(key))
-                if kwargs[key] <= 0:
-                    raise ConfigError(f"{key}: must be > 0")
+                if not (kwargs[key] > 0 and math.isfinite(kwargs[key])):  # NaN and inf would stall the loops
+                    raise ConfigError(f"{key}: must be a finite number > 0")
+        if kwargs.get("reconnect_min_s", 0.2) > kwargs.get("reconnect_max_s", 10.0):
+            raise ConfigError("reconnect_min_s: must not exceed reconnect_max_s")
         for key in ("data_port", "max_message_bytes"):
             if key in values:
+                if isinstance(values[key], bool | float):
+                    raise ConfigError(f"{key}: must be an integer")
                 kwargs[key] = int(values.pop(key))
         if not 0 <= kwargs.get("data_port", 0) <= 65535:
             raise ConfigError("data_port: must be 0..65535")
+        if not 1024 <= kwargs.get("max_message_bytes", 64 * 1024) <= 16 * 1024 * 1024:
+            raise ConfigError("max_message_bytes: must be 1024..16777216")
+        for key in ("data_host", "advertise_host", "iface"):
+            if key in values and not (values[key] is None and key != "data_host") and not (
+                isinstance(values[key], str) and values[key]
+            ):
+                raise ConfigError(f"{key}: must be a non-empty string")
         if "enforcement" in values and values["enforcement"] not in ENFORCEMENT_MODES:
             raise ConfigError(f"enforcement: must be one of {', '.join(ENFORCEMENT_MODES)}")
         if "link_capacity_bytes_per_s" in values:
             kwargs["link_capacity_bytes_per_s"] = float(values.pop("link_capacity_bytes_per_s"))
-            if not kwargs["link_capacity_bytes_per_s"] > 0:
+            if not (kwargs["link_capacity_bytes_per_s"] > 0 and math.isfinite(kwargs["link_capacity_bytes_per_s"])):
                 raise ConfigError("link_capacity_bytes_per_s: must be > 0")
         if "kill_jobs_on_agent_exit" in values and not isinstance(values["kill_jobs_on_agent_exit"], bool):
             raise ConfigError("kill_jobs_on_agent_exit: must be true or false")

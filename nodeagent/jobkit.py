@@ -69,11 +69,16 @@ def fsync_dir(path: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename, fsync dir."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # disk full, interrupted: leave no half-written temp file behind
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     fsync_dir(path.parent)
 
 
@@ -97,8 +102,22 @@ class Manifest:
 
     @classmethod
     def from_path(cls, path: Path) -> Manifest:
+        """Read a manifest; ValueError unless it names its own data file (``ckpt-<seq>.ckpt`` beside it).
+
+        The file name is never taken on trust: a manifest written by a job or received from another agent
+        could otherwise point the agent at ``../../anything`` when it verifies, sends or deletes a checkpoint.
+        """
         raw = json.loads(path.read_text())
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+        if not isinstance(raw, dict):
+            raise ValueError("manifest is not an object")
+        manifest = cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+        seq, size = manifest.sequence, manifest.size_bytes
+        if not (isinstance(seq, int) and isinstance(size, int) and seq >= 0 and size >= 0):
+            raise ValueError("manifest sequence/size_bytes must be non-negative integers")
+        stem = ckpt_stem(seq)
+        if manifest.file != f"{stem}{DATA_SUFFIX}" or path.name != f"{stem}{MANIFEST_SUFFIX}":
+            raise ValueError(f"manifest {path.name} names another file: {str(manifest.file)[:40]!r}")
+        return manifest
 
 
 def list_manifests(ckpt_dir: Path) -> list[Manifest]:
@@ -112,10 +131,19 @@ def list_manifests(ckpt_dir: Path) -> list[Manifest]:
     return sorted(out, key=lambda m: m.sequence)
 
 
+def remove_checkpoint(ckpt_dir: Path, sequence: int) -> None:
+    """Delete checkpoint ``sequence``: manifest first, so there is never a manifest without its data."""
+    for suffix in (MANIFEST_SUFFIX, DATA_SUFFIX):
+        with contextlib.suppress(OSError):
+            (ckpt_dir / f"{ckpt_stem(sequence)}{suffix}").unlink()
+
+
 def verify(ckpt_dir: Path, manifest: Manifest) -> bool:
     """Whether the data file exists with the manifest's size and sha256."""
     path = ckpt_dir / manifest.file
     try:
+        if path.is_symlink():  # a checkpoint is a regular file the job wrote, never a link to elsewhere
+            return False
         return path.stat().st_size == manifest.size_bytes and sha256_file(path) == manifest.sha256
     except OSError:
         return False
@@ -320,9 +348,7 @@ class Checkpointer:
     def _prune(self) -> None:
         manifests = list_manifests(self.ckpt_dir)
         for old in manifests[: max(0, len(manifests) - self.keep_last)]:
-            for suffix in (MANIFEST_SUFFIX, DATA_SUFFIX):  # manifest first: never a manifest without data
-                with contextlib.suppress(OSError):
-                    (self.ckpt_dir / f"{ckpt_stem(old.sequence)}{suffix}").unlink()
+            remove_checkpoint(self.ckpt_dir, old.sequence)
 
     def maybe_checkpoint(self, step: int, get_state: Callable[[], Mapping[str, Any]]) -> bool:
         """Checkpoint if due; return True if that was a final checkpoint (the caller should exit now)."""

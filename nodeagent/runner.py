@@ -22,6 +22,9 @@ from nodeagent import jobkit
 from nodeagent.transfer import store_dir
 
 PR_SET_PDEATHSIG = 1
+MAX_STEP = 2**63 - 1
+MAX_RESULT_BYTES = 8 * 1024
+AGENT_SECRETS = frozenset({"RECLAIMNET_AGENT_TOKEN"})  # never passed on to a job's environment
 
 
 def _die_with_parent() -> None:
@@ -64,14 +67,17 @@ class RunningJob:
     def result_file(self) -> Path:
         return self.work_dir / "result.json"
 
+    # The job writes these files: whatever they hold must not break the agent's loops or make the portal
+    # refuse the heartbeat / job_exited that carries them (bigint steps, messages under 64 KiB).
     def step(self) -> int:
-        with contextlib.suppress(OSError, ValueError):
-            return int(json.loads(self.progress_file.read_text()).get("step", 0))
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, OverflowError):
+            return min(max(0, int(json.loads(self.progress_file.read_text()).get("step", 0))), MAX_STEP)
         return 0
 
     def result(self) -> dict[str, Any]:
-        with contextlib.suppress(OSError, ValueError):
-            return dict(json.loads(self.result_file.read_text()))
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            if self.result_file.stat().st_size <= MAX_RESULT_BYTES:
+                return dict(json.loads(self.result_file.read_text()))
         return {}
 
     def signal(self, signum: int) -> None:
@@ -88,9 +94,7 @@ def prepare_restore(ckpt_dir: Path, restore_sequence: int | None) -> None:
         return
     for manifest in jobkit.list_manifests(ckpt_dir):
         if manifest.sequence > restore_sequence:
-            for suffix in (jobkit.MANIFEST_SUFFIX, jobkit.DATA_SUFFIX):
-                with contextlib.suppress(OSError):
-                    (ckpt_dir / f"{jobkit.ckpt_stem(manifest.sequence)}{suffix}").unlink()
+            jobkit.remove_checkpoint(ckpt_dir, manifest.sequence)
 
 
 def start_job(
@@ -107,14 +111,14 @@ def start_job(
     kill_with_agent: bool,
 ) -> RunningJob:
     """Start a job process in ``<data>/jobs/<id>/work`` with its checkpoints in ``<data>/ckpt/<id>``."""
+    ckpt_dir = store_dir(data_dir, job_id)  # checks job_id is one safe path component
     work_dir = data_dir / "jobs" / str(job_id) / "work"
     work_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_dir = store_dir(data_dir, job_id)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     prepare_restore(ckpt_dir, restore_sequence)
     (work_dir / "result.json").unlink(missing_ok=True)
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in AGENT_SECRETS},  # the job must not learn the node token
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
         "RECLAIMNET_JOB_ID": str(job_id),
         "RECLAIMNET_CKPT_DIR": str(ckpt_dir),

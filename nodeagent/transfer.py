@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import random
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 16 * 1024
+IDLE_TIMEOUT_S = 60.0  # a silent sender (partitioned, not closed) frees the transfer for its next attempt
 FATAL_REFUSALS = frozenset({"bad token", "token expired", "killswitch engaged"})
 
 
@@ -87,9 +89,21 @@ class Faults:
         return None
 
 
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def safe_id(value: object, what: str = "id") -> str:
+    """``value`` as a string that is safe as one path component (job and transfer ids arrive over the network:
+    ``../x`` or ``/etc`` must never name a file outside the agent's data directory)."""
+    text = str(value)
+    if isinstance(value, bool) or not _SAFE_ID.match(text):
+        raise ValueError(f"unsafe {what} {text[:40]!r}")
+    return text
+
+
 def store_dir(data_dir: Path, job_id: str) -> Path:
     """Where an agent keeps job ``job_id``'s checkpoints (its own and the ones it received)."""
-    return data_dir / "ckpt" / str(job_id)
+    return data_dir / "ckpt" / safe_id(job_id, "job id")
 
 
 async def _read_json_line(reader: asyncio.StreamReader) -> dict[str, Any]:
@@ -119,12 +133,20 @@ class Receiver:
         self.incoming = data_dir / "incoming"
         self.incoming.mkdir(parents=True, exist_ok=True)
         self.expected: dict[str, Expected] = {}
+        self.active: set[str] = set()  # transfers with a connection writing their partial file now
         self.on_received = on_received
         self.on_rejected = on_rejected
         self.server: asyncio.base_events.Server | None = None
         self.refuse_new = False  # kill-switch: no new transfers in
 
     def expect(self, exp: Expected) -> None:
+        """Accept one transfer (ids checked: the transfer id names the partial file, the job id the store)."""
+        safe_id(exp.transfer_id, "transfer id")
+        safe_id(exp.job_id, "job id")
+        now = time.time()
+        for stale in [t for t, e in self.expected.items() if e.expires_at < now and t not in self.active]:
+            del self.expected[stale]  # announced copies that never came: their tokens are dead anyway
+            (self.incoming / f"{stale}.part").unlink(missing_ok=True)
         self.expected[exp.transfer_id] = exp
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -147,27 +169,34 @@ class Receiver:
         4. Verify sha256 over the whole file; publish (data, then manifest) or delete and report the mismatch.
         """
         transfer_id = "?"
+        owned: str | None = None
         try:
             header = await asyncio.wait_for(_read_json_line(reader), 10.0)
             transfer_id = str(header.get("transfer_id", "?"))
-            manifest = header.get("manifest") or {}
+            manifest = header.get("manifest")
             exp = self.expected.get(transfer_id)
             error = None
             if self.refuse_new:
                 error = "killswitch engaged"
             elif exp is None:
                 error = "unknown transfer"
+            elif not isinstance(manifest, dict):
+                error = "manifest is not an object"
             elif not secrets.compare_digest(exp.token_hash, token_hash(str(header.get("token", "")))):
                 error = "bad token"
             elif exp.expires_at < time.time():
                 error = "token expired"
+            elif transfer_id in self.active:
+                error = "transfer already in progress"  # a second writer would interleave bytes in the .part
             elif manifest.get("sha256") != exp.sha256 or int(manifest.get("size_bytes", -1)) != exp.size_bytes:
                 error = "manifest does not match the announced checkpoint"
-            if error is not None or exp is None:
+            if error is not None or exp is None or not isinstance(manifest, dict):
                 log.warning("transfer %s refused: %s", transfer_id, error)
                 _write_json_line(writer, {"ok": False, "error": error})
                 await writer.drain()
                 return
+            self.active.add(transfer_id)
+            owned = transfer_id
             part = self.incoming / f"{transfer_id}.part"
             offset = part.stat().st_size if part.exists() else 0
             offset = min(offset, exp.size_bytes)
@@ -176,7 +205,7 @@ class Receiver:
             with open(part, "ab") as fh:
                 remaining = exp.size_bytes - offset
                 while remaining > 0:
-                    chunk = await reader.read(min(CHUNK_BYTES, remaining))
+                    chunk = await asyncio.wait_for(reader.read(min(CHUNK_BYTES, remaining)), IDLE_TIMEOUT_S)
                     if not chunk:
                         fh.flush()
                         log.info("transfer %s broken at %d/%d bytes; can resume", transfer_id,
@@ -205,9 +234,11 @@ class Receiver:
             _write_json_line(writer, {"ok": True, "done": True})
             await writer.drain()
             await self.on_received(transfer_id, manifest)
-        except (TimeoutError, ConnectionError, ValueError, OSError) as exc:
+        except (TimeoutError, ConnectionError, ValueError, TypeError, OSError) as exc:
             log.info("transfer %s connection ended: %s", transfer_id, exc)
         finally:
+            if owned is not None:
+                self.active.discard(owned)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -16,7 +16,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
+from django.db import DatabaseError
 
 from portal.control import embedded, handlers
 from portal.control.commands import agent_group
@@ -43,6 +43,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     node_id: int | None = None
     session_id: int | None = None
+    _token: str = ""  # re-checked at every heartbeat: a token revoked or rotated mid-session ends the session
     _auth_timer: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
@@ -56,6 +57,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self.close(code=CLOSE_AUTH)
                 return
             await self.accept()
+            self._token = token
             await self._bind(node_id)
             return
         await self.accept()
@@ -105,6 +107,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
         except ProtocolError as exc:
             await self._reject(str(exc), str(msg.get("type", ""))[:64])
             return
+        if kind == "heartbeat" and not await database_sync_to_async(handlers.token_still_valid)(
+            self.node_id, self._token
+        ):
+            await database_sync_to_async(handlers.record_rejection)(self.node_id, "agent token revoked", kind)
+            log.warning("node %s: agent token revoked or rotated; closing its session", self.node_id)
+            await self.close(code=CLOSE_AUTH)
+            return
         try:
             if kind == "hello":
                 reply = await database_sync_to_async(handlers.hello)(self.node_id, self.session_id, msg)
@@ -113,6 +122,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await database_sync_to_async(handlers.handle)(self.node_id, kind, msg)
         except handlers.RefusedError as exc:
             await self._reject(str(exc), kind)
+        except (DatabaseError, ValueError, TypeError, KeyError, OverflowError) as exc:
+            # Well-formed but unusable data (the handler's transaction rolled back): refuse, keep the session.
+            log.exception("agent message from node %s could not be handled", self.node_id)
+            await self._reject(f"could not be handled: {exc.__class__.__name__}", kind)
 
     async def _first_message_auth(self, msg: dict[str, Any]) -> None:
         token = msg.get("token")
@@ -126,6 +139,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         if self._auth_timer is not None:
             self._auth_timer.cancel()
+        self._token = token
         await self._bind(node_id)
         await self.receive(text_data=json.dumps({k: v for k, v in msg.items() if k != "token"}))
 
@@ -137,7 +151,3 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if event.get("session_id") != self.session_id:
             log.info("node %s: session %s superseded by %s", self.node_id, self.session_id, event.get("session_id"))
             await self.close(code=CLOSE_SUPERSEDED)
-
-    async def agent_welcome_interval(self, event: dict[str, Any]) -> None:  # pragma: no cover - reserved
-        await self.send(json.dumps({"type": "welcome", "node_id": self.node_id,
-                                    "heartbeat_interval_s": settings.RECLAIMNET["HEARTBEAT_INTERVAL_S"]}))

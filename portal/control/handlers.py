@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -51,7 +52,7 @@ from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import BandwidthSample, Checkpoint, Gpu, Job, Node
-from portal.core.models.nodes import hash_agent_token
+from portal.core.services.nodes import node_for_agent_token
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,16 @@ class RefusedError(Exception):
 
 
 def authenticate(token: str) -> int | None:
-    """The node id for an agent token, or None if unknown or revoked."""
-    node = Node.objects.filter(agent_token_hash=hash_agent_token(token)).first()
-    if node is None or not node.check_agent_token(token) or node.state == NodeState.RETIRED:
+    """The node id for an agent token, or None if unknown, revoked or the node is retired."""
+    node = node_for_agent_token(token)
+    if node is None or node.state == NodeState.RETIRED:
         return None
     return node.pk
+
+
+def token_still_valid(node_id: int, token: str) -> bool:
+    """Whether a connected session's token still authenticates its node (not revoked, rotated or retired)."""
+    return authenticate(token) == node_id
 
 
 def record_rejection(node_id: int | None, reason: str, kind: str) -> None:
@@ -218,10 +224,8 @@ def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:
 
 def _transfer_for(node_id: int, transfer_id: str, role: str) -> Transfer:
     try:
-        transfer = Transfer.objects.select_related("checkpoint").get(transfer_id=transfer_id)
-    except (Transfer.DoesNotExist, ValueError, Exception) as exc:
-        if isinstance(exc, RefusedError):
-            raise
+        transfer = Transfer.objects.select_related("checkpoint").get(transfer_id=uuid.UUID(transfer_id))
+    except (Transfer.DoesNotExist, ValueError):  # ValueError: not a UUID
         raise RefusedError(f"unknown transfer {transfer_id[:40]}") from None
     if getattr(transfer, f"{role}_id") != node_id:
         raise RefusedError(f"transfer {transfer_id} does not involve this node as {role}")

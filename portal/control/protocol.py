@@ -8,6 +8,7 @@ consumer rejects the message without changing anything.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -133,14 +134,18 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "killswitch_engaged": {"reason": str, "t": _NUM},
 }
 MAX_LIST_ITEMS = 256
+MAX_INT = 2**63 - 1  # PostgreSQL bigint: a larger number would fail in the handler, not be refused here
 
 
 def _check_job_steps(items: list[Any]) -> None:
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("job_id"), int) or isinstance(item["job_id"], bool):
             raise ProtocolError("jobs: each item needs an integer job_id")
-        if not isinstance(item.get("step", 0), int):
+        step = item.get("step", 0)
+        if not isinstance(step, int) or isinstance(step, bool):
             raise ProtocolError("jobs: step must be an integer")
+        if not (0 < item["job_id"] <= MAX_INT and -MAX_INT <= step <= MAX_INT):
+            raise ProtocolError("jobs: job_id or step out of range")
 
 
 def decode(text: str | None, bytes_data: bytes | None) -> dict[str, Any]:
@@ -151,7 +156,7 @@ def decode(text: str | None, bytes_data: bytes | None) -> dict[str, Any]:
         raise ProtocolError(f"message larger than {MAX_MESSAGE_BYTES} bytes")
     try:
         obj = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # deeply nested arrays exhaust the parser's recursion
         raise ProtocolError(f"not JSON: {exc.__class__.__name__}") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("message is not a JSON object")
@@ -167,6 +172,10 @@ def validate(msg: dict[str, Any]) -> str:
         value = msg.get(name)
         if value is None or not isinstance(value, typ) or (isinstance(value, bool) and typ in (int, _NUM)):
             raise ProtocolError(f"{kind}.{name}: missing or not {getattr(typ, '__name__', 'a number')}")
+        if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
+            raise ProtocolError(f"{kind}.{name}: integer out of range")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ProtocolError(f"{kind}.{name}: not a finite number")
         if isinstance(value, list) and len(value) > MAX_LIST_ITEMS:
             raise ProtocolError(f"{kind}.{name}: more than {MAX_LIST_ITEMS} items")
     if "jobs" in SCHEMAS[kind]:
@@ -177,6 +186,8 @@ def validate(msg: dict[str, Any]) -> str:
         raise ProtocolError(f"{kind}.size_bytes: must be > 0")
     if kind == "checkpoint_done" and msg["sequence"] < 1:
         raise ProtocolError("checkpoint_done.sequence: must be >= 1")
+    if kind == "checkpoint_done" and not 0 <= msg["taken_at"] < 2**33:
+        raise ProtocolError("checkpoint_done.taken_at: not a plausible unix time")
     if kind == "hello" and not 0 < msg["data_port"] < 65536:
         raise ProtocolError("hello.data_port: out of range")
     return kind

@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.control import commands
-from portal.control.models import MigrationPhase, MigrationWork, ReclaimWork
+from portal.control.models import MigrationPhase, MigrationWork, ReclaimWork, Transfer, TransferState
 from portal.control.state import Campus, build_p2, load_campus, p2_view
 from portal.control.workflow import (
     ckpt_bytes_of,
@@ -98,9 +98,24 @@ def _emergency(reclaim: ReclaimEvent) -> str:
     ):
         job = Job.objects.get(pk=work.migration.job_id)
         recover_from_replica(job, node.pk, reclaim, reclaim.kind, work=work, campus=campus)
+    _fail_transfers_of(node.pk)
     outcome = ReclaimOutcome.DEGRADED if jobs else ReclaimOutcome.COMPLETED
     _set_outcome(reclaim, outcome, f"{len(jobs)} job(s) resumed from pre-synced checkpoints", finished=True)
     return outcome
+
+
+def _fail_transfers_of(node_pk: int) -> None:
+    """Copies to or from a node that is gone will never report: fail them now (once, conditional UPDATE) so
+    their migrations fall back to a replica instead of waiting in ``transferring`` forever."""
+    from portal.control.tasks import advance_migration
+
+    for transfer_pk, mig_id in Transfer.objects.filter(
+        Q(source_id=node_pk) | Q(destination_id=node_pk), state=TransferState.ISSUED
+    ).values_list("pk", "migration_id"):
+        failed = Transfer.objects.filter(pk=transfer_pk, state=TransferState.ISSUED).update(
+            state=TransferState.FAILED, finished_at=timezone.now())
+        if failed and mig_id is not None:
+            transaction.on_commit(lambda m=mig_id: advance_migration.delay(m))
 
 
 def _plan_scheduled(reclaim: ReclaimEvent) -> str:
@@ -226,14 +241,17 @@ def release(reclaim_id: int) -> bool:
 def enforce_deadline(reclaim_id: int) -> str:
     """The provider always wins at the deadline (SPEC §1): kill-switch on, unfinished final checkpoints fall back
     to the freshest replica, the node is reclaimed. Established transfers off the node may finish."""
+    reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
+    if reclaim.kind != ReclaimKind.SCHEDULED or reclaim.deadline_at > timezone.now():
+        return "not due"
+    if reclaim.finished_at is None:
+        # First, outside the transaction below: should the recovery fail and roll back (and be retried by the
+        # next tick), the kill-switch has still gone out at the deadline. Engaging it twice is harmless.
+        commands.send(reclaim.node_id, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
     with transaction.atomic():
-        reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
-        if reclaim.kind != ReclaimKind.SCHEDULED or reclaim.deadline_at > timezone.now():
-            return "not due"
         if not _claim(reclaim_id, "forced_at", Q(reclaim__finished_at__isnull=True)):
             return "already enforced or finished"
         node = Node.objects.select_for_update().get(pk=reclaim.node_id)
-        commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
         late = list(MigrationWork.objects.select_related("migration").filter(
             migration__reclaim=reclaim, phase=MigrationPhase.CHECKPOINTING))
         campus = load_campus() if late else None
@@ -263,6 +281,7 @@ def node_lost(node_id: int) -> int | None:
             node_lifecycle.reclaim(node)
         else:
             return None
+        _fail_transfers_of(node.pk)
         if not _jobs_on(node.pk) and not MigrationWork.objects.filter(
             migration__source=node, phase=MigrationPhase.CHECKPOINTING
         ).exists():
@@ -270,6 +289,7 @@ def node_lost(node_id: int) -> int | None:
         now = timezone.now()
         reclaim = ReclaimEvent.objects.create(node=node, kind=ReclaimKind.HEARTBEAT_LOST, notice_s=0.0,
                                               deadline_at=now + dt.timedelta(seconds=0))
-        reclaim_id = reclaim.pk
-    run_reclaim(reclaim_id)
-    return reclaim_id
+        # In the same transaction: if the recovery fails, the node stays online and the next tick retries all
+        # of it (a committed offline node would never be looked at again, its jobs left running nowhere).
+        run_reclaim(reclaim.pk)
+    return reclaim.pk

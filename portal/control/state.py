@@ -65,8 +65,12 @@ class Campus:
 
 
 def live_nodes() -> set[int]:
-    """Nodes with an open agent session that reported a data address."""
+    """Nodes with an open agent session that reported a data address, not declared lost (offline) or retired.
+
+    A partitioned node's websocket can stay open long after its heartbeat stopped; the lost-heartbeat check
+    marks it offline, and from then on it holds no usable replica and receives no copy."""
     return set(AgentSession.objects.filter(closed_at__isnull=True, data_port__isnull=False)
+               .exclude(node__state__in=[NodeState.OFFLINE, NodeState.RETIRED])
                .values_list("node_id", flat=True))
 
 

@@ -97,3 +97,13 @@ class FakeAgent:
 
 
 db = database_sync_to_async
+
+
+async def until(predicate: Any, timeout_s: float = 5.0, what: str = "") -> None:
+    """Wait until ``predicate()`` (run in a worker thread: it may query the database) is truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not await db(predicate)():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await asyncio.sleep(0.05)

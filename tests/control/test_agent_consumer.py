@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from control_helpers import FakeAgent, db, make_node, make_running_job
+from control_helpers import FakeAgent, db, make_node, make_running_job, until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -44,6 +44,24 @@ async def test_wrong_or_revoked_token_is_refused(revoke: bool) -> None:
     assert await db(RejectedMessage.objects.filter(reason__contains="token").count)() == 1
 
 
+async def test_token_revoked_mid_session_ends_the_session() -> None:
+    from portal.control.models import RejectedMessage
+    from portal.core.models import Node
+    from portal.core.services.nodes import revoke_agent_token
+
+    node, token = await db(make_node)("n1")
+    agent = FakeAgent(token)
+    assert await agent.connect()
+    await agent.hello()
+    before = (await db(Node.objects.get)(pk=node.pk)).last_heartbeat_at
+    await db(revoke_agent_token)(node, None)
+    await agent.send({"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {}, "jobs": []})
+    closed = await agent.comm.receive_output(timeout=3)
+    assert closed["type"] == "websocket.close" and closed["code"] == 4401
+    assert (await db(Node.objects.get)(pk=node.pk)).last_heartbeat_at == before
+    assert await db(RejectedMessage.objects.filter(node=node, reason__contains="revoked").count)() == 1
+
+
 async def test_first_message_token_and_refusal() -> None:
     from portal.core.models import Node
 
@@ -75,8 +93,14 @@ async def test_first_message_token_and_refusal() -> None:
         json.dumps({"type": "heartbeat", "seq": "1", "gpu_util": [], "egress": {}, "jobs": []}),
         json.dumps({"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {}, "jobs": [],
                     "pad": "x" * (65 * 1024)}),
+        "[" * 60_000,
+        json.dumps({"type": "heartbeat", "seq": 2**70, "gpu_util": [], "egress": {}, "jobs": []}),
+        json.dumps({"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {}, "jobs": [{"job_id": 2**64}]}),
+        json.dumps({"type": "checkpoint_done", "job_id": 1, "sequence": 1, "step": 1, "size_bytes": 10,
+                    "sha256": "a" * 64, "taken_at": float("nan"), "final": False, "compat": {}}),
     ],
-    ids=["not-json", "not-object", "unknown-type", "missing-fields", "bad-sha", "wrong-type", "oversized"],
+    ids=["not-json", "not-object", "unknown-type", "missing-fields", "bad-sha", "wrong-type", "oversized",
+         "deeply-nested", "huge-int", "huge-job-id", "nan"],
 )
 async def test_malformed_or_oversized_messages_are_rejected(frame: str) -> None:
     from portal.control.models import RejectedMessage
@@ -136,7 +160,7 @@ async def test_heartbeat_brings_offline_node_back_and_records_progress() -> None
     await db(node_lifecycle.go_offline)(node)
     await agent.send({"type": "heartbeat", "seq": 1, "gpu_util": [100.0, 0.0],
                       "egress": {"mean_bytes_per_s": 10.0}, "jobs": [{"job_id": job.pk, "step": 42}]})
-    await agent.nothing(0.3)
+    await until(lambda: Job.objects.get(pk=job.pk).progress_step == 42, what="heartbeat recorded")
     assert (await db(Node.objects.get)(pk=node.pk)).state == "online"
     assert (await db(Job.objects.get)(pk=job.pk)).progress_step == 42
     await agent.close()

@@ -204,10 +204,124 @@ def test_example_trainer_resumes_bitwise(tmp_path: Path) -> None:
     env = {**os.environ, "RECLAIMNET_CKPT_DIR": str(tmp_path / "ck"), "RECLAIMNET_CKPT_INTERVAL_S": "0"}
     proc = subprocess.Popen([sys.executable, str(script), "--steps", "40", "--step-sleep", "0.05", "--result",
                              str(tmp_path / "r.json")], env=env, cwd=tmp_path)
-    time.sleep(1.0)
+    # Signal only once the trainer has checkpointed (its handlers are installed by then): a fixed sleep could
+    # deliver SIGUSR2 to a still-starting interpreter on a loaded machine, whose default action is to die.
+    deadline = time.monotonic() + 20
+    while not jobkit.list_manifests(tmp_path / "ck") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
     proc.send_signal(__import__("signal").SIGUSR2)
     assert proc.wait(20) == jobkit.EXIT_CHECKPOINTED
     done = subprocess.run([sys.executable, str(script), "--steps", "40", "--result", str(tmp_path / "r.json")],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert "restored step" in done.stdout
     assert json.loads((tmp_path / "r.json").read_text()) == json.loads((tmp_path / "ref.json").read_text())
+
+
+def test_manifest_naming_another_file_is_never_used(tmp_path: Path) -> None:
+    """A manifest (written by a job, or tampered with) cannot point the agent outside its checkpoint dir."""
+    ck = _ck(tmp_path)
+    ck.checkpoint(3, {"w": np.arange(4.0)})
+    secret = tmp_path / "secret.txt"
+    secret.write_text("node token")
+    (good,) = jobkit.list_manifests(ck.ckpt_dir)
+    evil = json.loads(good.to_json()) | {"sequence": 2, "file": "../secret.txt", "size_bytes": secret.stat().st_size,
+                                         "sha256": jobkit.sha256_file(secret)}
+    (ck.ckpt_dir / f"{jobkit.ckpt_stem(2)}{jobkit.MANIFEST_SUFFIX}").write_text(json.dumps(evil))
+    assert [m.sequence for m in jobkit.list_manifests(ck.ckpt_dir)] == [good.sequence]
+    # A data file that is a symlink to elsewhere never verifies.
+    data = ck.ckpt_dir / good.file
+    data.unlink()
+    data.symlink_to(secret)
+    assert not jobkit.verify(ck.ckpt_dir, good)
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", "..", "/etc", "x" * 65])
+def test_ids_from_the_network_are_single_safe_path_components(tmp_path: Path, bad: str) -> None:
+    async def nop(*_: Any) -> None:
+        return None
+
+    rx = Receiver(tmp_path, nop)
+    with pytest.raises(ValueError, match="unsafe"):
+        rx.expect(Expected(bad, token_hash("t"), "9", 1, "a" * 64, 10, time.time() + 60))
+    with pytest.raises(ValueError, match="unsafe"):
+        rx.expect(Expected("t1", token_hash("t"), bad, 1, "a" * 64, 10, time.time() + 60))
+    with pytest.raises(ValueError, match="unsafe"):
+        store_dir(tmp_path, bad)
+    assert not rx.expected
+
+
+def test_job_environment_does_not_carry_the_agent_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.runner import start_job
+
+    monkeypatch.setenv("RECLAIMNET_AGENT_TOKEN", "rna_secret")
+    script = tmp_path / "env.py"
+    script.write_text("import os, pathlib\npathlib.Path('env.json').write_text(repr(dict(os.environ)))\n")
+    run = start_job(data_dir=tmp_path / "data", base_dir=tmp_path, job_id="5", command=f"python {script}", gpus=[0],
+                    interval_s=None, next_sequence=1, restore_sequence=None, compat={}, kill_with_agent=False)
+    assert run.proc.wait(timeout=20) == 0
+    env = (run.work_dir / "env.json").read_text()
+    assert "rna_secret" not in env and "RECLAIMNET_CKPT_DIR" in env
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"heartbeat_interval_s": "nan"}, "heartbeat_interval_s"),
+        ({"heartbeat_interval_s": float("inf")}, "heartbeat_interval_s"),
+        ({"reconnect_min_s": 5, "reconnect_max_s": 1}, "reconnect_min_s"),
+        ({"max_message_bytes": 0}, "max_message_bytes"),
+        ({"data_port": 80.5}, "data_port"),
+        ({"data_host": 7}, "data_host"),
+        ({"link_capacity_bytes_per_s": "inf"}, "link_capacity_bytes_per_s"),
+    ],
+)
+def test_config_rejects_values_that_would_stall_the_agent(values: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        build_config({"token": "t", "portal": "ws://x", **values}, {})
+
+
+def test_job_written_progress_and_result_cannot_break_the_agent(tmp_path: Path) -> None:
+    """progress.json / result.json are the job's: garbage reads as 0 / {}, never raises (it would stop the
+    heartbeat loop), and values stay within what the portal accepts."""
+    from nodeagent.runner import MAX_STEP, RunningJob
+
+    run = RunningJob(job_id="1", gpus=[], proc=None, work_dir=tmp_path, ckpt_dir=tmp_path)  # type: ignore[arg-type]
+    for text, step in (("[1]", 0), ('{"step": "x"}', 0), ('{"step": 1e400}', 0), (json.dumps({"step": 2**80}),
+                                                                                      MAX_STEP)):
+        run.progress_file.write_text(text)
+        assert run.step() == step
+    run.result_file.write_text("[1, 2]")
+    assert run.result() == {}
+    run.result_file.write_text(json.dumps({"pad": "x" * 20_000}))
+    assert run.result() == {}
+    run.result_file.write_text(json.dumps({"weights_sha256": "ab"}))
+    assert run.result() == {"weights_sha256": "ab"}
+
+
+@pytest.mark.asyncio
+async def test_second_connection_for_a_transfer_in_progress_is_refused(tmp_path: Path) -> None:
+    """Two writers appending to one partial file would interleave bytes: one connection per transfer."""
+    import asyncio
+
+    async def nop(*_: Any) -> None:
+        return None
+
+    rx = Receiver(tmp_path, nop)
+    host, port = await rx.start("127.0.0.1", 0)
+    rx.expect(Expected("t1", token_hash("tok"), "9", 1, "a" * 64, 1000, time.time() + 60))
+    header = json.dumps({"transfer_id": "t1", "token": "tok", "manifest": {"sha256": "a" * 64,
+                                                                           "size_bytes": 1000}}).encode() + b"\n"
+    try:
+        r1, w1 = await asyncio.open_connection(host, port)
+        w1.write(header)
+        assert json.loads(await r1.readline()) == {"ok": True, "offset": 0}
+        w1.write(b"x" * 100)  # ... and the first sender stalls mid-copy
+        await w1.drain()
+        r2, w2 = await asyncio.open_connection(host, port)
+        w2.write(header)
+        assert json.loads(await r2.readline()) == {"ok": False, "error": "transfer already in progress"}
+        w1.close()
+        w2.close()
+        await asyncio.sleep(0)
+    finally:
+        await rx.close()

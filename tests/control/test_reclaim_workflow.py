@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from control_helpers import FakeAgent, db, make_node, make_running_job
+from control_helpers import FakeAgent, db, make_node, make_running_job, until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -67,7 +67,7 @@ async def test_scheduled_reclaim_moves_job_through_every_phase() -> None:
     start = await b.expect("start_job")
     assert start["restore_sequence"] == 1 and start["restore_sha256"] == SHA
     await b.send({"type": "job_started", "job_id": job.pk, "restored_sequence": 1})
-    await b.nothing(0.3)
+    await until(lambda: Migration.objects.get(pk=mig.pk).finished_at is not None, what="migration finished")
     job = await db(Job.objects.get)(pk=job.pk)
     assert job.state == "running"
     mig = await db(Migration.objects.get)(pk=mig.pk)
@@ -139,7 +139,7 @@ async def test_emergency_reclaim_copies_replica_to_p2_destination() -> None:
     start = await c.expect("start_job")
     assert start["restore_sequence"] == 2
     await c.send({"type": "job_started", "job_id": job.pk, "restored_sequence": 2})
-    await c.nothing(0.3)
+    await until(lambda: Migration.objects.get(job=job).finished_at is not None, what="migration finished")
     mig = await db(Migration.objects.get)(job=job)
     assert mig.success and mig.mode == "degraded" and mig.work_lost_s >= 0
     for agent in (a, b, c):
@@ -255,6 +255,88 @@ async def test_cancel_stops_the_job_on_its_node() -> None:
     assert stop["job_id"] == job.pk and stop["reason"] == "cancelled"
     await a.send({"type": "job_exited", "job_id": job.pk, "returncode": -9, "step": 3, "result": {},
                   "reason": "cancelled"})
-    await a.nothing(0.3)
+    assert await a.nothing(0.5)  # the stop report of a cancelled job is accepted: no refusal comes back
     assert (await db(Job.objects.get)(pk=job.pk)).state == "cancelled"
     await a.close()
+
+
+async def test_destination_lost_mid_transfer_falls_back_instead_of_waiting_forever() -> None:
+    """The destination vanishes while the final checkpoint is on its way: nothing will ever report that
+    transfer, so losing the node fails it and the job resumes from the replica elsewhere."""
+    from django.utils import timezone
+
+    from portal.control import ticks
+    from portal.control.models import Transfer
+    from portal.control.tasks import control_tick
+    from portal.core.models import Migration, Node
+    from portal.core.services.reclaims import request_reclaim
+
+    ticks._started_monotonic = -1e9  # past the start-up grace period
+    src, a = await _online("src", "A", 9001)
+    dst, b = await _online("dst", "A", 9002)
+    holder, c = await _online("holder", "B", 9003)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 1, holder)
+    await db(request_reclaim)(src, None, 60.0)
+    await a.expect("checkpoint")
+    await a.send({"type": "checkpoint_done", "job_id": job.pk, "sequence": 2, "step": 20, "size_bytes": 1000,
+                  "sha256": SHA, "taken_at": 1.0, "final": True, "compat": {}})
+    send = await a.expect("send_checkpoint")
+    assert send["dest_port"] == 9002
+    await b.close()
+    stale = timezone.now() - dt.timedelta(seconds=3600)
+    await db(lambda: Node.objects.filter(pk=dst.pk).update(last_heartbeat_at=stale))()
+    await db(lambda: Node.objects.exclude(pk=dst.pk).update(last_heartbeat_at=timezone.now()))()
+    await db(control_tick)()
+    assert (await db(Transfer.objects.get)(transfer_id=send["transfer_id"])).state == "failed"
+    start = await c.expect("start_job")
+    assert start["job_id"] == job.pk and start["restore_sequence"] == 1
+    mig = await db(Migration.objects.get)(job=job)
+    assert mig.mode == "degraded" and mig.degraded_reason == "transfer failed"
+    await a.close()
+    await c.close()
+
+
+async def test_killswitch_fires_at_the_deadline_even_if_recovery_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider wins whatever happened: a recovery that raises (and rolls back, to be retried) must not
+    take the deadline's kill-switch down with it."""
+    from portal.control import reclaims
+    from portal.core.models import ReclaimEvent
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    holder, b = await _online("holder", "A", 9002)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 4, holder)
+    reclaim = await db(request_reclaim)(src, None, 60.0)
+    await a.expect("checkpoint")
+    past = reclaim.requested_at - dt.timedelta(seconds=1)
+    await db(lambda: ReclaimEvent.objects.filter(pk=reclaim.pk).update(deadline_at=past))()
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("recovery failed")
+
+    monkeypatch.setattr(reclaims, "recover_from_replica", broken)
+    with pytest.raises(RuntimeError):
+        await db(reclaims.enforce_deadline)(reclaim.pk)
+    ks = await a.expect("killswitch")
+    assert ks["engaged"] and ks["stop_jobs"]
+    assert (await db(ReclaimEvent.objects.get)(pk=reclaim.pk)).finished_at is None  # retried by the next tick
+    monkeypatch.undo()
+    assert await db(reclaims.enforce_deadline)(reclaim.pk) == "forced"
+    await a.close()
+    await b.close()
+
+
+async def test_a_node_declared_lost_is_not_live_even_with_its_session_open() -> None:
+    from portal.control.state import live_nodes
+    from portal.core.lifecycle import nodes as node_lifecycle
+    from portal.core.models import Node
+
+    a_node, a = await _online("a", "A", 9001)
+    b_node, b = await _online("b", "A", 9002)
+    assert await db(live_nodes)() == {a_node.pk, b_node.pk}
+    await db(node_lifecycle.go_offline)(await db(Node.objects.get)(pk=b_node.pk))  # heartbeat lost, socket open
+    assert await db(live_nodes)() == {a_node.pk}
+    await a.close()
+    await b.close()

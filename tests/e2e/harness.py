@@ -160,10 +160,10 @@ class Stack:
         data_dir = self.workdir / "agents" / name
         data_dir.mkdir(parents=True, exist_ok=True)
         self.procs.pop(f"agent-{name}", None)
-        return self._spawn(f"agent-{name}", [
-            PY, "-m", "nodeagent", "--portal", self.portal_ws, "--token", token, "--data-dir", str(data_dir),
+        return self._spawn(f"agent-{name}", [  # the token goes in the environment, never on a command line
+            PY, "-m", "nodeagent", "--portal", self.portal_ws, "--data-dir", str(data_dir),
             "--simulate-gpus", str(gpus), "--base-dir", str(REPO),
-        ])
+        ], env={**self.env(), "RECLAIMNET_AGENT_TOKEN": token})
 
     def agent_dir(self, name: str) -> Path:
         return self.workdir / "agents" / name

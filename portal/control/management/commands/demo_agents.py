@@ -4,12 +4,13 @@
 of them (the demo provider's lab first, so the ``provider`` login can reclaim them), starts one real agent per
 node (``python -m nodeagent``, simulated GPUs matching the node's GPU rows), optionally queues small numpy
 training jobs as the demo researcher, and stops its agents on exit. Tokens never leave this process except in
-the agents' command lines.
+the agents' environments (never their command lines, which any local user can read).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -53,10 +54,11 @@ class Command(BaseCommand):
             data_dir = base / node.name
             data_dir.mkdir(parents=True, exist_ok=True)
             log = open(data_dir / "agent.log", "ab")  # noqa: SIM115  (owned by the child)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "nodeagent", "--portal", options["portal"], "--token", token,
+            procs.append(subprocess.Popen(  # token in the environment: a command line is readable by anyone
+                [sys.executable, "-m", "nodeagent", "--portal", options["portal"],
                  "--data-dir", str(data_dir), "--simulate-gpus", json.dumps(gpus), "--base-dir",
-                 str(settings.BASE_DIR)], stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR))
+                 str(settings.BASE_DIR)], stdout=log, stderr=subprocess.STDOUT, cwd=settings.BASE_DIR,
+                env={**os.environ, "RECLAIMNET_AGENT_TOKEN": token}))
             log.close()
             self.stdout.write(f"agent for {node.name} ({node.provider.name}) started, pid {procs[-1].pid}")
         if options["submit_jobs"]:
