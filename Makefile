@@ -39,6 +39,7 @@ test: venv services
 	@if [ -x scripts/install_kernel_deps.sh ]; then bash scripts/install_kernel_deps.sh; fi
 	@if [ -x scripts/install_browser_deps.sh ]; then bash scripts/install_browser_deps.sh; fi
 	$(VENV)/bin/ruff check .
+	env $(RECLAIMNET_TESTING_ENV) $(PY) manage.py collectstatic --noinput -v 0
 	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser" --ignore=tests/browser
 	@if [ -d tests/browser ]; then $(MAKE) --no-print-directory test-browser; fi
 
