@@ -26,7 +26,15 @@ from nodeagent.edge import Edge
 from nodeagent.inventory import GpuInfo, inventory, utilisation
 from nodeagent.runner import RunningJob, start_job
 from nodeagent.telemetry import EgressSampler
-from nodeagent.transfer import Expected, Faults, Receiver, send_checkpoint, store_dir, token_hash
+from nodeagent.transfer import (
+    Expected,
+    Faults,
+    Receiver,
+    SendControl,
+    send_checkpoint,
+    store_dir,
+    token_hash,
+)
 
 log = logging.getLogger("nodeagent")
 
@@ -51,6 +59,7 @@ class Agent:
         self.egress = EgressSampler(config.iface)
         self.receiver = Receiver(self.data_dir, self._on_received, self._on_rejected)
         self.faults = Faults(self.data_dir / "faults.json")
+        self.sending: dict[str, SendControl] = {}  # transfer id → live rate knobs (set_rate)
         self.data_addr: tuple[str, int] = ("", 0)
         self.killswitch = False
         self._deadline_task: asyncio.Task[None] | None = None
@@ -309,14 +318,29 @@ class Agent:
             await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": False,
                              "attempts": 0, "elapsed_s": 0.0, "errors": ["checkpoint not on this node"]})
             return
-        result = await send_checkpoint(
-            host=str(msg["dest_host"]), port=int(msg["dest_port"]), transfer_id=str(msg["transfer_id"]),
-            token=str(msg["token"]), ckpt_path=ckpt / manifest.file,
-            manifest=json.loads(manifest.to_json()), rate_bytes_per_s=msg.get("rate_bytes_per_s"),
-            flow_class=str(msg.get("flow_class", "migration")), edge=self.edge, faults=self.faults,
-        )
+        tid = str(msg["transfer_id"])
+        flow_class = str(msg.get("flow_class", "migration"))
+        control = self.sending.setdefault(tid, SendControl(msg.get("rate_bytes_per_s"), flow_class))
+        try:
+            result = await send_checkpoint(
+                host=str(msg["dest_host"]), port=int(msg["dest_port"]), transfer_id=tid,
+                token=str(msg["token"]), ckpt_path=ckpt / manifest.file,
+                manifest=json.loads(manifest.to_json()), rate_bytes_per_s=control.rate_bytes_per_s,
+                flow_class=flow_class, edge=self.edge, faults=self.faults, control=control,
+            )
+        finally:
+            self.sending.pop(tid, None)
         await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": result.ok,
                          "attempts": result.attempts, "elapsed_s": result.elapsed_s, "errors": result.errors[-5:]})
+
+    async def _cmd_set_rate(self, msg: dict[str, Any]) -> None:
+        """P3 re-planned a transfer this node is sending (SPEC §4): apply the new rate to it in place."""
+        control = self.sending.get(str(msg.get("transfer_id")))
+        rate = msg.get("rate_bytes_per_s")
+        if control is None or not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
+            log.info("set_rate for %s ignored (not sending it, or no valid rate)", msg.get("transfer_id"))
+            return
+        control.set_rate(self.edge, float(rate))
 
     async def _on_received(self, transfer_id: str, manifest: dict[str, Any]) -> None:
         await self.send({"type": "transfer_received", "transfer_id": transfer_id, "sha256": manifest["sha256"],

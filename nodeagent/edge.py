@@ -34,6 +34,17 @@ class TokenBucket:
         self._tokens = float(burst_bytes)
         self._last = time.monotonic()
 
+    def set_rate(self, rate_bytes_per_s: float | None) -> None:
+        """Change the rate of a running flow (SPEC §4 joint re-planning): tokens earned so far are credited at
+        the old rate, everything after at the new one; a sender asleep on a debt wakes at most one chunk late."""
+        now = time.monotonic()
+        if self.rate_bytes_per_s is not None:
+            self._tokens = min(self.burst_bytes, self._tokens + (now - self._last) * self.rate_bytes_per_s)
+        else:
+            self._tokens = min(self._tokens, float(self.burst_bytes))
+        self._last = now
+        self.rate_bytes_per_s = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
+
     async def consume(self, n_bytes: int) -> None:
         """Wait until ``n_bytes`` may be sent (tokens may go negative by one chunk; the debt is slept off)."""
         if self.rate_bytes_per_s is None:
@@ -101,6 +112,24 @@ class Edge:
             except Exception as exc:
                 log.warning("kernel flow setup failed (%s); pacing in userspace", exc)
         return TokenBucket(rate_bytes_per_s)
+
+    def update_rate(self, dst_ip: str, dst_port: int, flow_class: str, rate_bytes_per_s: float,
+                    pacer: TokenBucket | None) -> None:
+        """Apply a new P3 rate to a flow already sending: the kernel flow is updated in place when the kernel
+        shapes it (its userspace pacer is unpaced), else the userspace pacer changes rate."""
+        if self._enforcer is not None and (pacer is None or pacer.rate_bytes_per_s is None):
+            try:
+                from nodeagent.enforcement.api import FlowClass, FlowSpec
+
+                cls = {"emergency": FlowClass.EMERGENCY, "migration": FlowClass.MIGRATION}.get(
+                    flow_class, FlowClass.PRESYNC
+                )
+                self._enforcer.set_flows([FlowSpec(dst_ip, dst_port, cls, int(rate_bytes_per_s))])
+                return
+            except Exception as exc:
+                log.warning("kernel rate update failed (%s); pacing in userspace", exc)
+        if pacer is not None:
+            pacer.set_rate(rate_bytes_per_s)
 
     def flow_done(self, dst_ip: str, dst_port: int) -> None:
         if self._enforcer is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent import jobkit
-from nodeagent.edge import DSCP_BY_CLASS, Edge, mark_socket
+from nodeagent.edge import DSCP_BY_CLASS, Edge, TokenBucket, mark_socket
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +244,24 @@ class Receiver:
                 await writer.wait_closed()
 
 
+@dataclass
+class SendControl:
+    """The live knobs of one outgoing transfer: the current P3 rate and the pacer of the attempt in progress.
+
+    The agent keeps one per transfer id so that a ``set_rate`` command reaches the running attempt and the
+    retries after it."""
+
+    rate_bytes_per_s: float | None
+    flow_class: str = "migration"
+    dest: tuple[str, int] | None = None
+    pacer: TokenBucket | None = None
+
+    def set_rate(self, edge: Edge, rate_bytes_per_s: float) -> None:
+        self.rate_bytes_per_s = rate_bytes_per_s
+        if self.dest is not None:
+            edge.update_rate(self.dest[0], self.dest[1], self.flow_class, rate_bytes_per_s, self.pacer)
+
+
 async def send_checkpoint(
     *,
     host: str,
@@ -258,6 +276,7 @@ async def send_checkpoint(
     faults: Faults | None = None,
     max_attempts: int = 6,
     backoff_s: float = 0.1,
+    control: SendControl | None = None,
 ) -> SendResult:
     """Send one checkpoint file, retrying with resume (broken connection) or from 0 (checksum mismatch).
 
@@ -287,7 +306,11 @@ async def send_checkpoint(
                     raise PermissionError(error)
                 raise ValueError(error)  # e.g. "unknown transfer": the announcement may still be on its way
             offset = int(reply.get("offset", 0))
+            if control is not None:  # a rate update may have arrived since the command
+                rate_bytes_per_s = control.rate_bytes_per_s
             pacer = edge.pacer(host, port, flow_class, rate_bytes_per_s)
+            if control is not None:
+                control.flow_class, control.dest, control.pacer = flow_class, (host, port), pacer
             sent = 0
             with open(ckpt_path, "rb") as fh:
                 fh.seek(offset)
@@ -319,6 +342,8 @@ async def send_checkpoint(
             log.info("transfer %s attempt %d failed: %s", transfer_id, attempt, exc)
             await asyncio.sleep(backoff_s * (2 ** (attempt - 1)) * (0.5 + random.random()))
         finally:
+            if control is not None:
+                control.dest = control.pacer = None
             edge.flow_done(host, port)
             if writer is not None:
                 writer.close()

@@ -114,6 +114,31 @@ class Welcome(TypedDict):
     killswitch: bool
 
 
+class SetRate(TypedDict):
+    """P3 re-planned a transfer the node is sending (SPEC §4): pace it at ``rate_bytes_per_s`` from now on."""
+
+    type: Literal["set_rate"]
+    transfer_id: str
+    rate_bytes_per_s: float
+    decision_id: str
+
+
+UUID_TEXT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def set_rate_fields(transfer_id: str, rate_bytes_per_s: float, decision_id: str) -> dict[str, Any]:
+    """The fields of a ``set_rate`` command, checked before it is sent: a transfer id and decision id in
+    UUID form and a finite positive rate. Raises :class:`ProtocolError`."""
+    if not isinstance(transfer_id, str) or not UUID_TEXT.match(transfer_id):
+        raise ProtocolError("set_rate.transfer_id: not a UUID")
+    if not isinstance(decision_id, str) or not UUID_TEXT.match(decision_id):
+        raise ProtocolError("set_rate.decision_id: not a UUID")
+    if (not isinstance(rate_bytes_per_s, int | float) or isinstance(rate_bytes_per_s, bool)
+            or not math.isfinite(rate_bytes_per_s) or rate_bytes_per_s <= 0):
+        raise ProtocolError("set_rate.rate_bytes_per_s: not a finite positive number")
+    return {"transfer_id": transfer_id, "rate_bytes_per_s": float(rate_bytes_per_s), "decision_id": decision_id}
+
+
 class ErrorReply(TypedDict):
     type: Literal["error"]
     reason: str

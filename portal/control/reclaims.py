@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.control import commands
+from portal.control import commands, protocol
 from portal.control.models import MigrationPhase, MigrationWork, ReclaimWork, Transfer, TransferState
 from portal.control.state import Campus, build_p2, load_campus, p2_view
 from portal.control.workflow import (
@@ -107,15 +107,46 @@ def _emergency(reclaim: ReclaimEvent) -> str:
 def _fail_transfers_of(node_pk: int) -> None:
     """Copies to or from a node that is gone will never report: fail them now (once, conditional UPDATE) so
     their migrations fall back to a replica instead of waiting in ``transferring`` forever."""
+    _fail_transfers(Q(source_id=node_pk) | Q(destination_id=node_pk))
+
+
+def _fail_transfers(which: Q) -> int:
+    """Fail the issued transfers matching ``which`` (each once, conditional UPDATE) and let their migrations
+    advance after commit: a failed transfer sends the migration to degraded recovery from the replica."""
     from portal.control.tasks import advance_migration
 
-    for transfer_pk, mig_id in Transfer.objects.filter(
-        Q(source_id=node_pk) | Q(destination_id=node_pk), state=TransferState.ISSUED
-    ).values_list("pk", "migration_id"):
+    failed_count = 0
+    for transfer_pk, mig_id in Transfer.objects.filter(which, state=TransferState.ISSUED).values_list(
+        "pk", "migration_id"
+    ):
         failed = Transfer.objects.filter(pk=transfer_pk, state=TransferState.ISSUED).update(
             state=TransferState.FAILED, finished_at=timezone.now())
+        failed_count += failed
         if failed and mig_id is not None:
             transaction.on_commit(lambda m=mig_id: advance_migration.delay(m))
+    return failed_count
+
+
+def expire_transfers() -> int:
+    """Transfers whose sender never reported by the token's expiry (both agents may still be live: a hung or
+    crashed sender process) are failed, and their migrations fall back to the replica path exactly as for a
+    lost node (SPEC §1). No new attempt can start (the receiver refuses an expired token), and a report that
+    still arrives finds the transfer failed and changes nothing (the handlers update only ``issued`` rows)."""
+    now = timezone.now()
+    overdue = []
+    for pk, expires_at, size, rate in Transfer.objects.filter(state=TransferState.ISSUED, expires_at__lt=now) \
+            .values_list("pk", "expires_at", "checkpoint__size_bytes", "rate_bytes_per_s"):
+        # A copy paced so slowly that it legitimately outlives the token gets twice its paced duration.
+        paced_s = 2.0 * size / rate if rate else 0.0
+        if expires_at + dt.timedelta(seconds=paced_s) < now:
+            overdue.append(pk)
+    if not overdue:
+        return 0
+    with transaction.atomic():
+        n = _fail_transfers(Q(pk__in=overdue))
+    if n:
+        log.warning("%d transfer(s) expired without a report: failed, migrations fall back to replicas", n)
+    return n
 
 
 def _plan_scheduled(reclaim: ReclaimEvent) -> str:
@@ -171,7 +202,16 @@ def _plan_scheduled(reclaim: ReclaimEvent) -> str:
 
 def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
            plans: list[tuple[Job, float, int | None, object]]) -> tuple[list[bool], list[float], list[str | None], object]:
-    """P3 over the new flows and every planned migration still moving (SPEC §4, admit_flows_on_paths)."""
+    """P3 over the new flows and every planned migration still moving, re-planned jointly (SPEC §4).
+
+    1. Flows: the new ones (time to this deadline) and each in-flight planned migration with its remaining
+       bytes and the time left to *its own* deadline, so its r_min is recomputed (Theorem 3).
+    2. admit_flows_on_paths decides all of them at once; the decision is logged (kind p3) with the new rates
+       of the in-flight flows it changed.
+    3. Changed in-flight rates are persisted (Migration, and its Transfer if one is issued) and, after commit,
+       pushed to the sending agent as ``set_rate``. An in-flight flow P3 no longer admits keeps the rate it has
+       (it is already moving; the kill-switch at its deadline bounds it), and the response says so.
+    """
     now = timezone.now()
     ids: list[str] = []
     sizes: list[float] = []
@@ -184,13 +224,17 @@ def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
         notices.append(tau if dest is not None else 0.0)
         restarts.append(job.restart_s)
         paths.append(campus.path_links(reclaim.node_id, dest) if dest is not None else np.zeros(0, np.int64))
+    inflight: list[Migration] = []
     for work in MigrationWork.objects.select_related("migration", "migration__reclaim", "migration__job").filter(
         phase__in=ACTIVE_PHASES, migration__mode=MigrationMode.PLANNED
-    ).exclude(migration__reclaim=reclaim):
+    ).exclude(migration__reclaim=reclaim).order_by("migration_id"):
         mig = work.migration
         if mig.destination_id is None or mig.reclaim is None:
             continue
+        inflight.append(mig)
         ids.append(f"inflight-{mig.pk}")
+        # Remaining bytes: the sender does not report progress, so a transfer under way counts in full —
+        # an upper bound, hence r_min is never under-estimated.
         sizes.append(float(mig.bytes or mig.job.ckpt_bytes_estimate))
         notices.append(max(0.0, (mig.reclaim.deadline_at - now).total_seconds()))
         restarts.append(mig.job.restart_s)
@@ -199,6 +243,17 @@ def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
                     restart_s=np.array(restarts), cap_bytes_per_s=np.full(len(ids), np.inf))
     decision = admit_flows_on_paths(flows, campus.link_available_bytes_per_s, paths,
                                     reserve_fraction=rn("RESERVE_FRACTION"))
+    n = len(plans)
+    changes: list[tuple[Migration, float]] = []
+    kept: list[dict[str, object]] = []
+    for k, mig in enumerate(inflight, start=n):
+        old = mig.assigned_rate_bytes_per_s
+        if not decision.admitted[k]:
+            kept.append({"id": ids[k], "rate": old, "reason": decision.degraded_reason[k]})
+            continue
+        rate = max(float(decision.rate_bytes_per_s[k]), float(decision.min_rate_bytes_per_s[k]))  # Theorem 3
+        if old is None or abs(rate - old) > 1e-6 * max(rate, old):
+            changes.append((mig, rate))
     request = {"links": [{"id": pk, "bytes_per_s": float(b)} for pk, b in
                          zip(campus.link_pks, campus.link_available_bytes_per_s, strict=True)],
                "reserve_fraction": rn("RESERVE_FRACTION"),
@@ -208,11 +263,30 @@ def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
                              zip(ids, decision.admitted, decision.min_rate_bytes_per_s, decision.rate_bytes_per_s,
                                  strict=True) if a],
                 "degraded": [{"id": i, "reason": why} for i, why in zip(ids, decision.degraded_reason, strict=True)
-                             if why]}
+                             if why],
+                "replanned": [{"id": f"inflight-{m.pk}", "migration": m.pk, "old_rate": m.assigned_rate_bytes_per_s,
+                               "rate": r} for m, r in changes],
+                "inflight_kept": kept}
     p3_id = log_decision("p3", request, response, reclaim=reclaim)
-    n = len(plans)
+    _apply_replanned_rates(changes, p3_id)
     return ([bool(a) for a in decision.admitted[:n]], [float(r) for r in decision.rate_bytes_per_s[:n]],
             list(decision.degraded_reason[:n]), p3_id)
+
+
+def _apply_replanned_rates(changes: list[tuple[Migration, float]], decision_id: object) -> None:
+    """Persist the re-planned rates of in-flight migrations and push them to the agents sending them.
+
+    A migration still checkpointing has no transfer yet: its new assigned rate is what the transfer will be
+    issued with. One already transferring gets its Transfer row updated and a ``set_rate`` after commit.
+    """
+    for mig, rate in changes:
+        Migration.objects.filter(pk=mig.pk, finished_at__isnull=True).update(assigned_rate_bytes_per_s=rate)
+        for transfer in Transfer.objects.filter(migration_id=mig.pk, state=TransferState.ISSUED):
+            Transfer.objects.filter(pk=transfer.pk, state=TransferState.ISSUED).update(rate_bytes_per_s=rate)
+            fields = protocol.set_rate_fields(str(transfer.transfer_id), rate, str(decision_id))
+            commands.send(transfer.source_id, "set_rate", **fields)
+        publish_after_commit(["dashboard", f"job-{mig.job_id}"], "migration", job_id=mig.job_id,
+                             migration_id=mig.pk, rate_bytes_per_s=rate, replanned=True)
 
 
 def release(reclaim_id: int) -> bool:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from portal.control import commands
 from portal.control.estimates import update_estimates
 from portal.control.models import JobRuntime, MigrationPhase, MigrationWork, TransferPurpose
-from portal.control.reclaims import enforce_deadline, node_lost, release
+from portal.control.reclaims import enforce_deadline, expire_transfers, node_lost, release
 from portal.control.state import build_p2, freshest_replica, live_nodes, load_campus, p2_view
 from portal.control.workflow import (
     ckpt_bytes_of,
@@ -271,11 +271,19 @@ def presync(checkpoint_id: int) -> str:
         if not candidates:
             return "no holder"
         holder = rt.replica_node_id if rt.replica_node_id in {c[0] for c in candidates} else None
+        hours = _hazard_now([c[0] for c in candidates], timezone.localtime(timezone.now()).hour)
+        building = ckpt.node.building_id
+        reason = "sticky: previous holder still online"
         if holder is None:
-            hours = _hazard_now([c[0] for c in candidates], timezone.localtime(timezone.now()).hour)
-            building = ckpt.node.building_id
             holder = min(candidates, key=lambda c: (c[1] != building, hours[c[0]], c[0]))[0]
+            reason = "same building first, then lowest hazard, then smallest id"
         rate = job.checkpoint_bandwidth_bytes_per_s or None
+        # The holder choice is a decision like any other (SPEC §5): its inputs and answer go to the log.
+        log_decision("p2", {"presync": {"checkpoint": ckpt.pk, "sequence": ckpt.sequence, "source": ckpt.node_id,
+                                        "source_building": building, "previous_holder": rt.replica_node_id,
+                                        "candidates": [{"id": pk, "building": b, "hazard_per_s": hours[pk]}
+                                                       for pk, b in candidates]}},
+                     {"holder": holder, "reason": reason, "rate_bytes_per_s": rate}, job=job)
         transfer = issue_transfer(ckpt, ckpt.node_id, holder, TransferPurpose.PRESYNC, rate)
         return "issued" if transfer is not None else "holder unreachable"
 
@@ -293,11 +301,12 @@ def control_tick() -> dict[str, int]:
         update_estimates()
         lost = detect_lost_heartbeats()
         enforce_due_deadlines()
+        expired = expire_transfers()
         changed = p1_tick()
         expire_starts()
         placed = place_queued()
         release_finished()
-        return {"lost": len(lost), "p1_changed": changed, "placed": placed}
+        return {"lost": len(lost), "expired_transfers": expired, "p1_changed": changed, "placed": placed}
     finally:
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:

@@ -340,3 +340,112 @@ async def test_a_node_declared_lost_is_not_live_even_with_its_session_open() -> 
     assert await db(live_nodes)() == {a_node.pk}
     await a.close()
     await b.close()
+
+
+async def test_overlapping_reclaims_replan_the_first_flow_jointly_and_push_its_new_rate() -> None:
+    """Two scheduled reclaims whose migrations share the destination's access link: the second P3 decision
+    re-plans the first flow (still transferring), persists its new rate, logs it and pushes ``set_rate`` to its
+    sender (SPEC §4, Theorem 3: never below its own r_min)."""
+    from portal.control.models import Transfer
+    from portal.core.models import DecisionLog, Migration
+    from portal.core.services.reclaims import request_reclaim
+
+    src1, a = await _online("src1", "A", 9001)
+    src2, b = await _online("src2", "B", 9002)
+    dst, c = await _online("dst", "A", 9003)
+    job1 = await db(make_running_job)(src1)
+    job2 = await db(make_running_job)(src2)
+    # src2 lends only the GPU its job holds, so job1 must go to dst; src1 is draining when src2 goes: job2 → dst.
+    from portal.core.models import Node
+
+    await db(lambda: Node.objects.filter(pk=src2.pk).update(gpu_floor=1))()
+    reclaim1 = await db(request_reclaim)(src1, None, 120.0)
+    await a.expect("checkpoint")
+    await a.send({"type": "checkpoint_done", "job_id": job1.pk, "sequence": 1, "step": 7, "size_bytes": 1000,
+                  "sha256": SHA, "taken_at": 1.0, "final": True, "compat": {}})
+    send = await a.expect("send_checkpoint")
+    assert send["dest_port"] == 9003
+    mig1 = await db(Migration.objects.get)(job=job1)
+    first_rate = mig1.assigned_rate_bytes_per_s
+    assert send["rate_bytes_per_s"] == pytest.approx(first_rate)
+
+    reclaim2 = await db(request_reclaim)(src2, None, 60.0)
+    await b.expect("reclaim_notice")
+    update = await a.expect("set_rate")
+    assert update["transfer_id"] == send["transfer_id"]
+    mig1 = await db(Migration.objects.get)(pk=mig1.pk)
+    mig2 = await db(Migration.objects.get)(job=job2)
+    assert mig2.destination_id == dst.pk and mig2.mode == "planned"
+    assert mig1.assigned_rate_bytes_per_s == pytest.approx(update["rate_bytes_per_s"])
+    assert mig1.assigned_rate_bytes_per_s != pytest.approx(first_rate)
+    transfer = await db(Transfer.objects.get)(transfer_id=send["transfer_id"])
+    assert transfer.rate_bytes_per_s == pytest.approx(update["rate_bytes_per_s"])
+    log = await db(DecisionLog.objects.get)(reclaim=reclaim2, kind="p3")
+    assert str(log.decision_id) == update["decision_id"]
+    ids = {f["id"] for f in log.request["flows"]}
+    assert {f"job-{job2.pk}", f"inflight-{mig1.pk}"} <= ids
+    (replanned,) = log.response["replanned"]
+    assert replanned["migration"] == mig1.pk and replanned["old_rate"] == pytest.approx(first_rate)
+    admitted = {f["id"]: f for f in log.response["admitted"]}
+    first = admitted[f"inflight-{mig1.pk}"]
+    assert first["rate"] >= first["min_rate"] > 0  # Theorem 3, r_min from its own deadline
+    assert reclaim1.pk != reclaim2.pk
+    for agent in (a, b, c):
+        await agent.close()
+
+
+async def test_transfer_whose_live_sender_never_reports_times_out_and_falls_back_to_the_replica() -> None:
+    """Both agents stay connected but the sender never reports: past the token expiry the control tick fails
+    the transfer and the job resumes from its pre-synced replica, as when a node is lost."""
+    from django.utils import timezone
+
+    from portal.control.models import Transfer
+    from portal.control.tasks import control_tick
+    from portal.core.models import Migration, Node
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    _dst, b = await _online("dst", "A", 9002)
+    holder, c = await _online("holder", "B", 9003)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 1, holder)
+    await db(request_reclaim)(src, None, 60.0)
+    await a.expect("checkpoint")
+    await a.send({"type": "checkpoint_done", "job_id": job.pk, "sequence": 2, "step": 20, "size_bytes": 1000,
+                  "sha256": SHA, "taken_at": 1.0, "final": True, "compat": {}})
+    send = await a.expect("send_checkpoint")
+    await db(lambda: Node.objects.update(last_heartbeat_at=timezone.now()))()
+    await db(control_tick)()  # not expired yet: nothing happens
+    assert (await db(Transfer.objects.get)(transfer_id=send["transfer_id"])).state == "issued"
+    past = timezone.now() - dt.timedelta(seconds=3600)
+    await db(lambda: Transfer.objects.filter(transfer_id=send["transfer_id"]).update(expires_at=past))()
+    await db(control_tick)()
+    assert (await db(Transfer.objects.get)(transfer_id=send["transfer_id"])).state == "failed"
+    start = await c.expect("start_job")
+    assert start["job_id"] == job.pk and start["restore_sequence"] == 1
+    mig = await db(Migration.objects.get)(job=job)
+    assert mig.mode == "degraded" and mig.degraded_reason == "transfer failed"
+    for agent in (a, b, c):
+        await agent.close()
+
+
+async def test_presync_holder_choice_is_logged_with_its_inputs() -> None:
+    """The pre-sync replica holder is chosen like any decision: kind p2 in the decision log, inputs included."""
+    from portal.core.models import DecisionLog
+
+    src, a = await _online("src", "A", 9001)
+    near, b = await _online("near", "A", 9002)
+    _far, c = await _online("far", "B", 9003)
+    job = await db(make_running_job)(src)
+    await a.send({"type": "checkpoint_done", "job_id": job.pk, "sequence": 1, "step": 10, "size_bytes": 1000,
+                  "sha256": SHA, "taken_at": 1.0, "final": False, "compat": {}})
+    send = await a.expect("send_checkpoint")
+    assert send["flow_class"] == "presync" and send["dest_port"] == 9002
+    row = await db(DecisionLog.objects.filter(job=job, kind="p2").latest)("created_at")
+    inputs = row.request["presync"]
+    assert inputs["source"] == src.pk and inputs["sequence"] == 1
+    assert {cand["id"] for cand in inputs["candidates"]} >= {near.pk}
+    assert all("hazard_per_s" in cand and "building" in cand for cand in inputs["candidates"])
+    assert row.response["holder"] == near.pk and "building" in row.response["reason"]
+    for agent in (a, b, c):
+        await agent.close()
