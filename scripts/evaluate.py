@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.estimators import adaptivity_gap
+from scheduler.p1 import optimal_interval_s
 from scheduler.sim.adapters import EXTERNAL, load_external
 from scheduler.sim.engine import Simulator
 from scheduler.sim.metrics import summarise
@@ -113,7 +114,7 @@ def _gap_experiment(series: dict[str, Any], period_s: float = 600.0) -> tuple[fl
     tr = from_rows(rows, n * period_s)
     base = Policy("x", bandwidth_split="equal", destination="first_fit", traffic="tcp", final_checkpoint=False)
     adapt = Simulator(tr, replace(base, interval="truth"), period_s=period_s).run()
-    d_fix = float(np.sqrt(2 * 3.2e9 * np.mean(1 / bw) / np.mean(lam)))
+    d_fix = float(optimal_interval_s(np.mean(lam), 3.2e9, 1.0 / np.mean(1.0 / bw)))  # Lemma 1
     fixed = Simulator(tr, replace(base, interval="fixed", fixed_interval_s=d_fix), period_s=period_s).run()
 
     def cost(r: Any) -> float:

@@ -180,7 +180,7 @@ def _plan_scheduled(reclaim: ReclaimEvent) -> str:
         plans.append((job, c_bytes, dest, decision_id))
     admitted, rates, reasons, p3_id = _admit(campus, reclaim, tau, plans)
     for (job, c_bytes, dest, decision_id), ok, rate, reason in zip(plans, admitted, rates, reasons, strict=True):
-        final_ok = ok and dest is not None and c_bytes / max(rate, 1e-9) + job.restart_s <= tau
+        final_ok = ok and dest is not None  # P3 admitted ⇔ rate ≥ r_min = C/(τ − T_r) (SPEC §4, Theorem 3)
         if final_ok:
             job_lifecycle.begin_migration(job)
             mig = Migration.objects.create(job=job, reclaim=reclaim, source=node, destination_id=dest,

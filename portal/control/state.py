@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from django.db.models import Q
 from django.utils import timezone
 
 from portal.control.models import AgentSession, MigrationPhase, MigrationWork
@@ -224,6 +223,3 @@ def freshest_replica(job: Job, exclude_node_pk: int | None, live: set[int]) -> t
             return ckpt, usable[0]
     return None
 
-
-def online_filter() -> Q:
-    return Q(state=NodeState.ONLINE, killswitch_engaged=False)

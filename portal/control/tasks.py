@@ -16,6 +16,7 @@ from django.db import OperationalError, transaction
 from portal.control import commands, ticks, workflow
 from portal.control import reclaims as reclaim_flow
 from portal.core.lifecycle.base import ConcurrentTransition
+from portal.core.lifecycle.jobs import JobState
 from portal.core.models import Job, Placement
 
 log = logging.getLogger(__name__)
@@ -69,9 +70,9 @@ def advance_migration(migration_id: int) -> str:
 
 
 def _open_scheduled_reclaims() -> list[int]:
-    from portal.core.models import ReclaimEvent
+    from portal.core.models import ReclaimEvent, ReclaimKind
 
-    return list(ReclaimEvent.objects.filter(kind="scheduled", finished_at__isnull=True,
+    return list(ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
                                             work__planned_at__isnull=False).values_list("pk", flat=True))
 
 
@@ -90,7 +91,7 @@ def recover_lost_jobs(node_id: int, job_ids: list[int]) -> int:
     """The agent came back without jobs the portal placed on it (it restarted): recover them from replicas."""
     recovered = 0
     with transaction.atomic():
-        for job in Job.objects.select_for_update().filter(pk__in=job_ids, state="running"):
+        for job in Job.objects.select_for_update().filter(pk__in=job_ids, state=JobState.RUNNING):
             placement = Placement.objects.filter(job=job, ended_at__isnull=True, node_id=node_id).first()
             if placement is None:
                 continue

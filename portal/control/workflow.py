@@ -28,6 +28,7 @@ from portal.control.models import (
     MigrationWork,
     Transfer,
     TransferPurpose,
+    TransferState,
     hash_transfer_token,
     new_transfer_token,
 )
@@ -275,14 +276,14 @@ def advance(migration_id: int) -> str:
             transfer = Transfer.objects.filter(migration=mig).order_by("-created_at").first()
             if transfer is None:
                 return work.phase
-            if transfer.state == "received":
+            if transfer.state == TransferState.RECEIVED:
                 work.phase = MigrationPhase.STARTING
                 work.transferred_at = transfer.finished_at or timezone.now()
                 work.save()
                 campus = load_campus()
                 free = campus.free_indices.get(mig.destination_id, [])
                 start_on(job, mig.destination_id, free[: job.gpu_count], transfer.checkpoint, "migrated")
-            elif transfer.state == "failed":
+            elif transfer.state == TransferState.FAILED:
                 recover_from_replica(job, mig.source_id, mig.reclaim, "transfer failed", work=work)
         return work.phase
 

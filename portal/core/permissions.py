@@ -138,7 +138,3 @@ class CanCancelJob(permissions.BasePermission):
             return True
         return can_cancel_job(request.user, obj)
 
-
-class IsStaff(permissions.BasePermission):
-    def has_permission(self, request: Any, view: Any) -> bool:
-        return is_admin(request.user)

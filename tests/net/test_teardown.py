@@ -23,6 +23,7 @@ from nodeagent.enforcement import (
     structs,
 )
 from nodeagent.enforcement.netlab import Lab
+from scheduler.p3 import DSCP
 
 MBIT_BYTES_PER_S = 1_000_000 // 8
 
@@ -120,13 +121,10 @@ def test_header_constants_match_python() -> None:
     c = structs.header_constants()
     for cls in FlowClass:
         assert c[f"RN_CLASS_{cls.name}"] == cls.value
-    assert {c["RN_DSCP_EF"], c["RN_DSCP_AF41"], c["RN_DSCP_CS1"], c["RN_DSCP_BE"]} == {46, 34, 8, 0}
-    assert DSCP_BY_CLASS == {
-        FlowClass.EMERGENCY: 46,
-        FlowClass.MIGRATION: 34,
-        FlowClass.PRESYNC: 8,
-        FlowClass.RESEARCH: 0,
-    }
+    # Each class's code point, in C and in Python, is the one SPEC §4 (scheduler.p3.DSCP) gives that class.
+    header_name = {"EMERGENCY": "EF", "MIGRATION": "AF41", "PRESYNC": "CS1", "RESEARCH": "BE"}
+    for cls in FlowClass:
+        assert c[f"RN_DSCP_{header_name[cls.name]}"] == DSCP[cls.name.lower()] == DSCP_BY_CLASS[cls]
     for mode in KillSwitchMode:
         assert c[{"OFF": "RN_KS_OFF", "NO_NEW": "RN_KS_NO_NEW", "STRICT": "RN_KS_STRICT"}[mode.name]] == mode
     assert ct.sizeof(structs.FlowKey) == 20 and ct.sizeof(structs.FlowInfo) == 24

@@ -36,15 +36,21 @@ def test_preview_uses_lower_bound_and_last_checkpoint(world: World) -> None:
     f.place_job(big, world.node, [0])
     f.place_job(small, world.node, [1])
     f.make_checkpoint(big, world.node, size_bytes=5 * 10**9, completed_ago_s=300)  # last ckpt: 5 GB, 300 s ago
-    preview = preview_reclaim(world.node, 30)
+    preview = preview_reclaim(world.node, 40)
     rows = {row["job_id"]: row for row in preview["jobs"]}
+    budget = 0.7 * 50e6  # P3's migration budget on B⁻ = 50 MB/s after the 30 % research reserve
     assert rows[big.pk]["ckpt_bytes"] == 5 * 10**9
-    assert rows[big.pk]["leave_s"] == pytest.approx(100.0)  # 5e9 / 50e6
+    assert rows[big.pk]["bandwidth_bytes_per_s"] == pytest.approx(budget)
+    assert rows[big.pk]["leave_s"] == pytest.approx(5e9 / budget)
     assert rows[big.pk]["loss_free"] is False
     assert rows[big.pk]["work_lost_s"] == pytest.approx(300, abs=5)
-    assert rows[small.pk]["leave_s"] == pytest.approx(25.0)  # 1e9 / 50e6 + 5
-    assert rows[small.pk]["loss_free"] is True
-    assert preview["shortest_loss_free_notice_s"] == pytest.approx(100.0)
+    assert rows[small.pk]["leave_s"] == pytest.approx(1e9 / budget + 5)
+    assert rows[small.pk]["loss_free"] is True  # P3 skips the big flow (EDF with skip) and admits the small one
+    # Loss-free for both at once: P3 must fit both minimum rates, C/(τ − T_r), into the budget together.
+    tau = preview["shortest_loss_free_notice_s"]
+    assert 5e9 / tau + 1e9 / (tau - 5) == pytest.approx(budget, rel=1e-4)
+    assert all(row["loss_free"] for row in preview_reclaim(world.node, tau)["jobs"])
+    assert not all(row["loss_free"] for row in preview_reclaim(world.node, tau * 0.99)["jobs"])
 
 
 @pytest.mark.django_db

@@ -6,11 +6,13 @@ Contract (used by the provider reclaim dialog and ``/api/nodes/{id}/reclaim-prev
 ``{"notice_s", "shortest_loss_free_notice_s", "jobs": [{"job_id", "name", "ckpt_bytes", "bandwidth_bytes_per_s",
 "restart_s", "leave_s", "loss_free", "work_lost_s"}]}``.
 
-For each job running on the node: ``leave_s = ckpt_bytes / B⁻ + restart_s`` (SPEC §2 "final checkpoint iff
-C/b + T_r ≤ τ", with the lower-confidence bandwidth B⁻ of the node's access link, or else 70 % of its capacity,
-the share left after the research reserve β = 0.3 of SPEC §4); ``loss_free = leave_s <= notice_s``;
-``work_lost_s`` = seconds since the job's last completed checkpoint when not loss-free (0 when loss-free);
-``shortest_loss_free_notice_s`` = the largest ``leave_s`` (0 when nothing runs there).
+For each job running on the node, with B⁻ the lower-confidence bandwidth of the node's access link (its capacity
+before any estimate) and B_mig = max(0, B⁻ − max(β·B⁻, B_min)) what P3 may give migrations there (SPEC §4):
+``leave_s = ckpt_bytes / B_mig + restart_s`` (SPEC §2 "final checkpoint iff C/b + T_r ≤ τ", for the job alone);
+``loss_free`` = P3 admits the job's final-checkpoint flow with that notice, jointly with every other hosted job
+(so two jobs that each fit alone may not fit together); ``work_lost_s`` = seconds since the job's last completed
+checkpoint when not loss-free (0 when loss-free); ``shortest_loss_free_notice_s`` = the smallest notice with which
+P3 admits all of them (0 when nothing runs there).
 
 ``campus_topology()`` returns the campus in the SPEC §5 p2 shape (``links`` and ``nodes``; ids are names).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.db.models import Prefetch
 from django.utils import timezone
@@ -27,6 +30,7 @@ from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import Checkpoint, HazardEstimate, HazardScope, Job, Link, Node, Placement
 from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S  # also when a node has no access link
+from scheduler.p3 import P3Flows, admit_flows, migration_budget_bytes_per_s
 
 DEFAULT_HAZARD_PER_S = 1 / 3600.0  # prior before any estimate exists (SPEC §6: ≈ 0.99 per GPU-hour)
 
@@ -36,14 +40,38 @@ def _reserve_fraction() -> float:
 
 
 def access_bandwidth_lower_bytes_per_s(node: Node) -> float:
-    """B⁻ for checkpoints leaving ``node``: its link estimate's lower bound, else (1 - beta) * capacity."""
+    """B⁻ on ``node``'s access link: its estimate's lower bound (at most the capacity), else the capacity."""
     link = node.access_link
     if link is None:
-        return (1 - _reserve_fraction()) * ACCESS_LINK_DEFAULT_BYTES_PER_S
+        return float(ACCESS_LINK_DEFAULT_BYTES_PER_S)
     estimate = getattr(link, "estimate", None)
     if estimate is not None and estimate.lower_bytes_per_s > 0:
-        return float(estimate.lower_bytes_per_s)
-    return (1 - _reserve_fraction()) * link.capacity_bytes_per_s
+        return float(min(estimate.lower_bytes_per_s, link.capacity_bytes_per_s))
+    return float(link.capacity_bytes_per_s)
+
+
+def _admitted(ckpt_bytes: np.ndarray, restart_s: np.ndarray, notice_s: float, available: float) -> np.ndarray:
+    """Which hosted jobs P3 admits together with ``notice_s`` on the access link (SPEC §4)."""
+    n = len(ckpt_bytes)
+    flows = P3Flows(ids=tuple(str(i) for i in range(n)), bytes=ckpt_bytes, notice_s=np.full(n, float(notice_s)),
+                    restart_s=restart_s, cap_bytes_per_s=np.full(n, np.inf))
+    return admit_flows(flows, available, reserve_fraction=_reserve_fraction()).admitted
+
+
+def _shortest_notice_s(ckpt_bytes: np.ndarray, restart_s: np.ndarray, available: float, budget: float) -> float:
+    """The smallest notice with which P3 admits every hosted job at once (bisection; admission is monotone)."""
+    if len(ckpt_bytes) == 0 or budget <= 0:
+        return 0.0 if len(ckpt_bytes) == 0 else float("inf")
+    low = float(np.max(ckpt_bytes / budget + restart_s))  # each job alone needs this much
+    high = float(np.max(restart_s) + ckpt_bytes.sum() / budget)  # all of them at the latest restart: enough
+    if _admitted(ckpt_bytes, restart_s, low, available).all():
+        return low
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (low, mid) if _admitted(ckpt_bytes, restart_s, mid, available).all() else (mid, high)
+        if high - low <= 1e-3:
+            break
+    return high
 
 
 def jobs_on_node(node: Node) -> list[Job]:
@@ -60,37 +88,40 @@ def jobs_on_node(node: Node) -> list[Job]:
 def preview_reclaim(node: Node, notice_s: float) -> dict[str, Any]:
     """Per hosted job: can it leave with no loss under ``notice_s``, and what would it lose otherwise."""
     node = Node.objects.select_related("access_link", "access_link__estimate").get(pk=node.pk)
-    bandwidth = access_bandwidth_lower_bytes_per_s(node)
+    available = access_bandwidth_lower_bytes_per_s(node)
+    budget = float(migration_budget_bytes_per_s(available, _reserve_fraction()))
+    jobs = jobs_on_node(node)
+    lasts = [
+        Checkpoint.objects.filter(job=job, completed_at__isnull=False).order_by("-completed_at", "-pk").first()
+        for job in jobs
+    ]
+    # The final checkpoint is about as large as the last one; before any, trust the submitted estimate.
+    ckpt_bytes = np.array([float(last.size_bytes if last else job.ckpt_bytes_estimate) for job, last in zip(jobs, lasts, strict=True)])
+    restart_s = np.array([float(job.restart_s) for job in jobs])
+    admitted = _admitted(ckpt_bytes, restart_s, notice_s, available) if jobs else np.zeros(0, dtype=bool)
     now = timezone.now()
     rows = []
-    for job in jobs_on_node(node):
-        last = (
-            Checkpoint.objects.filter(job=job, completed_at__isnull=False).order_by("-completed_at", "-pk").first()
-        )
-        # The final checkpoint is about as large as the last one; before any, trust the submitted estimate.
-        ckpt_bytes = int(last.size_bytes) if last is not None else int(job.ckpt_bytes_estimate)
-        leave_s = ckpt_bytes / bandwidth + float(job.restart_s)
-        loss_free = leave_s <= notice_s
-        if loss_free:
-            work_lost_s = 0.0
-        else:
+    for i, (job, last) in enumerate(zip(jobs, lasts, strict=True)):
+        loss_free = bool(admitted[i])
+        work_lost_s = 0.0
+        if not loss_free:
             since = last.completed_at if last is not None else _running_since(job, node)
             work_lost_s = max(0.0, (now - since).total_seconds()) if since is not None else 0.0
         rows.append(
             {
                 "job_id": job.pk,
                 "name": job.name,
-                "ckpt_bytes": ckpt_bytes,
-                "bandwidth_bytes_per_s": bandwidth,
-                "restart_s": float(job.restart_s),
-                "leave_s": leave_s,
+                "ckpt_bytes": int(ckpt_bytes[i]),
+                "bandwidth_bytes_per_s": budget,
+                "restart_s": float(restart_s[i]),
+                "leave_s": float(ckpt_bytes[i] / budget + restart_s[i]) if budget > 0 else float("inf"),
                 "loss_free": loss_free,
                 "work_lost_s": work_lost_s,
             }
         )
     return {
         "notice_s": float(notice_s),
-        "shortest_loss_free_notice_s": max((row["leave_s"] for row in rows), default=0.0),
+        "shortest_loss_free_notice_s": _shortest_notice_s(ckpt_bytes, restart_s, available, budget),
         "jobs": rows,
     }
 
