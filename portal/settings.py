@@ -171,6 +171,8 @@ RECLAIMNET = {
     "ALPHA": 1.0,
     "K_MIN": 2,
     "RESERVE_FRACTION": 0.3,
+    # B_min of SPEC §4: research keeps max(β·B, B_min) of every controlled link.
+    "RESERVE_MIN_BYTES_PER_S": env_float("RECLAIMNET_RESERVE_MIN_BYTES_PER_S", 0.0),
 }
 
 # Celery beat runs P1 and the rest of the control tick every control period (SPEC §2). A tick that could not

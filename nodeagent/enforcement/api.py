@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol, runtime_checkable
 
+from scheduler.p3 import DSCP, migration_budget_bytes_per_s
+
 
 class EnforcementError(RuntimeError):
     """The kernel refused an operation (or the request cannot be enforced)."""
@@ -31,12 +33,7 @@ class FlowClass(IntEnum):
         return DSCP_BY_CLASS[self]
 
 
-DSCP_BY_CLASS: dict[FlowClass, int] = {
-    FlowClass.EMERGENCY: 46,
-    FlowClass.MIGRATION: 34,
-    FlowClass.PRESYNC: 8,
-    FlowClass.RESEARCH: 0,
-}
+DSCP_BY_CLASS: dict[FlowClass, int] = {cls: DSCP[cls.name.lower()] for cls in FlowClass}  # SPEC §4, one table
 
 
 class KillSwitchMode(IntEnum):
@@ -109,9 +106,9 @@ class LinkPlan:
     def from_spec(
         cls, capacity_bytes_per_s: int, beta: float = 0.3, reserve_min_bytes_per_s: int = 0
     ) -> LinkPlan:
-        """B_res = max(beta * B, B_min) (SPEC §4)."""
-        reserve = max(int(beta * capacity_bytes_per_s), reserve_min_bytes_per_s)
-        return cls(capacity_bytes_per_s, min(reserve, capacity_bytes_per_s))
+        """B_res = max(beta * B, B_min) (SPEC §4), i.e. B minus P3's migration budget."""
+        budget = int(migration_budget_bytes_per_s(capacity_bytes_per_s, beta, reserve_min_bytes_per_s))
+        return cls(capacity_bytes_per_s, capacity_bytes_per_s - budget)
 
 
 def check_budget(plan: LinkPlan, flows: Iterable[FlowSpec]) -> None:

@@ -242,7 +242,8 @@ def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
     flows = P3Flows(ids=tuple(ids), bytes=np.array(sizes), notice_s=np.array(notices),
                     restart_s=np.array(restarts), cap_bytes_per_s=np.full(len(ids), np.inf))
     decision = admit_flows_on_paths(flows, campus.link_available_bytes_per_s, paths,
-                                    reserve_fraction=rn("RESERVE_FRACTION"))
+                                    reserve_fraction=rn("RESERVE_FRACTION"),
+                                    reserve_min_bytes_per_s=rn("RESERVE_MIN_BYTES_PER_S"))
     n = len(plans)
     changes: list[tuple[Migration, float]] = []
     kept: list[dict[str, object]] = []
@@ -257,6 +258,7 @@ def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
     request = {"links": [{"id": pk, "bytes_per_s": float(b)} for pk, b in
                          zip(campus.link_pks, campus.link_available_bytes_per_s, strict=True)],
                "reserve_fraction": rn("RESERVE_FRACTION"),
+               "reserve_min_bytes_per_s": rn("RESERVE_MIN_BYTES_PER_S"),
                "flows": [{"id": i, "bytes": s, "notice_s": n, "restart_s": r, "links": [int(x) for x in p]}
                          for i, s, n, r, p in zip(ids, sizes, notices, restarts, paths, strict=True)]}
     response = {"admitted": [{"id": i, "min_rate": float(m), "rate": float(r)} for i, a, m, r in

@@ -47,7 +47,7 @@ from portal.core.models import (
     ReclaimEvent,
 )
 from scheduler.p2 import select_destination
-from scheduler.p3 import DSCP
+from scheduler.p3 import DSCP, migration_budget_bytes_per_s
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,9 @@ def issue_transfer(ckpt: Checkpoint, source_pk: int, dest_pk: int, purpose: str,
 
 def emergency_rate(campus: Campus, src_pk: int, dst_pk: int) -> float:
     """Recovery copies have no deadline: the migration budget of the path's bottleneck (SPEC §4)."""
-    return max(1.0, (1 - rn("RESERVE_FRACTION")) * campus.bottleneck_bytes_per_s(src_pk, dst_pk, capacity=True))
+    bottleneck = campus.bottleneck_bytes_per_s(src_pk, dst_pk, capacity=True)
+    return max(1.0, float(migration_budget_bytes_per_s(bottleneck, rn("RESERVE_FRACTION"),
+                                                        rn("RESERVE_MIN_BYTES_PER_S"))))
 
 
 def resume_from(work: MigrationWork, campus: Campus, ckpt: Checkpoint, holder_pk: int, dest_pk: int) -> None:

@@ -37,6 +37,7 @@ from portal.core.models import (
     ResearchGroup,
 )
 from scheduler.estimators import adaptivity_gap
+from scheduler.p3 import migration_budget_bytes_per_s
 
 WINDOW_DAYS = 14
 EMERGENCY_KINDS = (ReclaimKind.EMERGENCY, ReclaimKind.KILLSWITCH, ReclaimKind.HEARTBEAT_LOST)
@@ -250,7 +251,7 @@ def _entry(
     rates: dict[str, float], degraded: set[str], request: dict[str, Any], decision: DecisionLog,
 ) -> dict[str, Any]:
     if budget is None:  # SPEC §4: B_mig = max(0, B - max(beta B, B_min))
-        budget = max(0.0, capacity - max(beta * capacity, reserve_min))
+        budget = float(migration_budget_bytes_per_s(capacity, beta, reserve_min))
     rate = sum(rates.get(i, 0.0) for i in ids)
     return {
         "name": name, "capacity": capacity, "budget": float(budget), "rate": rate,

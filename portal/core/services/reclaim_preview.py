@@ -39,6 +39,10 @@ def _reserve_fraction() -> float:
     return float(settings.RECLAIMNET.get("RESERVE_FRACTION", 0.3))
 
 
+def _reserve_min_bytes_per_s() -> float:
+    return float(settings.RECLAIMNET.get("RESERVE_MIN_BYTES_PER_S", 0.0))
+
+
 def access_bandwidth_lower_bytes_per_s(node: Node) -> float:
     """B⁻ on ``node``'s access link: its estimate's lower bound (at most the capacity), else the capacity."""
     link = node.access_link
@@ -55,7 +59,8 @@ def _admitted(ckpt_bytes: np.ndarray, restart_s: np.ndarray, notice_s: float, av
     n = len(ckpt_bytes)
     flows = P3Flows(ids=tuple(str(i) for i in range(n)), bytes=ckpt_bytes, notice_s=np.full(n, float(notice_s)),
                     restart_s=restart_s, cap_bytes_per_s=np.full(n, np.inf))
-    return admit_flows(flows, available, reserve_fraction=_reserve_fraction()).admitted
+    return admit_flows(flows, available, reserve_fraction=_reserve_fraction(),
+                       reserve_min_bytes_per_s=_reserve_min_bytes_per_s()).admitted
 
 
 def _shortest_notice_s(ckpt_bytes: np.ndarray, restart_s: np.ndarray, available: float, budget: float) -> float:
@@ -89,7 +94,7 @@ def preview_reclaim(node: Node, notice_s: float) -> dict[str, Any]:
     """Per hosted job: can it leave with no loss under ``notice_s``, and what would it lose otherwise."""
     node = Node.objects.select_related("access_link", "access_link__estimate").get(pk=node.pk)
     available = access_bandwidth_lower_bytes_per_s(node)
-    budget = float(migration_budget_bytes_per_s(available, _reserve_fraction()))
+    budget = float(migration_budget_bytes_per_s(available, _reserve_fraction(), _reserve_min_bytes_per_s()))
     jobs = jobs_on_node(node)
     lasts = [
         Checkpoint.objects.filter(job=job, completed_at__isnull=False).order_by("-completed_at", "-pk").first()
