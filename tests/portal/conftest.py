@@ -29,28 +29,15 @@ class World:
     job: Any = None
 
 
-ROLES = ("admin", "provider", "other_provider", "researcher", "other_researcher", "outsider")
+ROLES = f.ROLES
 
 
 @pytest.fixture
 def world(db: Any) -> World:
-    users = {
-        "admin": f.make_user("admin", staff=True),
-        "provider": f.make_user("provider"),
-        "other_provider": f.make_user("other_provider"),
-        "researcher": f.make_user("researcher"),
-        "other_researcher": f.make_user("other_researcher"),
-        "outsider": f.make_user("outsider"),
-    }
-    building = f.make_building("Engineering")
-    lab = f.make_provider("Vision Lab", (users["provider"],))
-    other_lab = f.make_provider("Robotics Lab", (users["other_provider"],))
-    group = f.make_group("NLP Group", (users["researcher"],))
-    other_group = f.make_group("Bio Group", (users["other_researcher"],))
-    node, token = f.make_node(lab, building, name="vision-01", gpus=2, state="online")
-    other_node, _ = f.make_node(other_lab, building, name="robotics-01", state="online")
-    job = f.make_job(group, users["researcher"], name="bert-finetune")
-    return World(building, lab, other_lab, group, other_group, users, node, other_node, token, job)
+    t = f.make_two_labs()
+    job = f.make_job(t.group, t.users["researcher"], name="bert-finetune")
+    return World(t.building, t.lab, t.other_lab, t.group, t.other_group, t.users, t.node, t.other_node,
+                 t.node_token, job)
 
 
 @pytest.fixture

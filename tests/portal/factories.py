@@ -130,3 +130,34 @@ def install_dispatch_spy(monkeypatch: pytest.MonkeyPatch) -> DispatchSpy:
     for name in ("on_job_submitted", "on_job_cancelled", "on_reclaim_requested", "on_node_lent_again"):
         monkeypatch.setattr(dispatch, name, lambda obj_id, _name=name: spy.calls.append((_name, obj_id)))
     return spy
+
+
+@dataclass
+class TwoLabs:
+    """Two labs with one online node each, two research groups, and a user for every role."""
+
+    users: dict[str, AbstractUser]
+    building: Building
+    lab: Provider
+    other_lab: Provider
+    group: ResearchGroup
+    other_group: ResearchGroup
+    node: Node
+    node_token: str
+    other_node: Node
+
+
+ROLES = ("admin", "provider", "other_provider", "researcher", "other_researcher", "outsider")
+
+
+def make_two_labs() -> TwoLabs:
+    """The permission tests' campus: "provider" is in Vision Lab, "researcher" in NLP Group, "outsider" in none."""
+    users = {role: make_user(role, staff=role == "admin") for role in ROLES}
+    building = make_building("Engineering")
+    lab = make_provider("Vision Lab", (users["provider"],))
+    other_lab = make_provider("Robotics Lab", (users["other_provider"],))
+    group = make_group("NLP Group", (users["researcher"],))
+    other_group = make_group("Bio Group", (users["other_researcher"],))
+    node, token = make_node(lab, building, name="vision-01", gpus=2, state="online")
+    other_node, _ = make_node(other_lab, building, name="robotics-01", state="online")
+    return TwoLabs(users, building, lab, other_lab, group, other_group, node, token, other_node)

@@ -28,26 +28,12 @@ class Campus:
 
 @pytest.fixture
 def campus(db: Any) -> Campus:
-    users = {
-        "admin": f.make_user("admin", staff=True),
-        "provider": f.make_user("provider"),
-        "other_provider": f.make_user("other_provider"),
-        "researcher": f.make_user("researcher"),
-        "other_researcher": f.make_user("other_researcher"),
-        "outsider": f.make_user("outsider"),
-    }
-    building = f.make_building("Engineering")
-    lab = f.make_provider("Vision Lab", (users["provider"],))
-    other_lab = f.make_provider("Robotics Lab", (users["other_provider"],))
-    group = f.make_group("NLP Group", (users["researcher"],))
-    other_group = f.make_group("Bio Group", (users["other_researcher"],))
-    node, _ = f.make_node(lab, building, name="vision-01", gpus=2, state="online")
-    other_node, _ = f.make_node(other_lab, building, name="robotics-01", state="online")
-    job = f.make_job(group, users["researcher"], name="bert-finetune", restart_s=30)
-    f.place_job(job, node)
-    f.make_checkpoint(job, node, size_bytes=2_000_000_000, completed_ago_s=300)
-    other_job = f.make_job(other_group, users["other_researcher"], name="protein-fold")
-    return Campus(lab, other_lab, group, other_group, users, node, other_node, job, other_job)
+    t = f.make_two_labs()
+    job = f.make_job(t.group, t.users["researcher"], name="bert-finetune", restart_s=30)
+    f.place_job(job, t.node)
+    f.make_checkpoint(job, t.node, size_bytes=2_000_000_000, completed_ago_s=300)
+    other_job = f.make_job(t.other_group, t.users["other_researcher"], name="protein-fold")
+    return Campus(t.lab, t.other_lab, t.group, t.other_group, t.users, t.node, t.other_node, job, other_job)
 
 
 @pytest.fixture
