@@ -45,7 +45,7 @@ class ControlMixin:
             b = np.full(idx.size, LOCAL_WRITE_BYTES_PER_S)
             lam = np.maximum(self.lam_up[nodes], 1e-12)
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx], cap_bytes_per_s=b,
-                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
+                                loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx])
             plan = plan_checkpoints(jobs, float(np.sum(b)) + 1.0, beta=P1_BETA)
             self.bplan[idx] = b
             self._remap(idx, plan.interval_s, self.C[idx] / b)
@@ -64,7 +64,7 @@ class ControlMixin:
             lam = np.full(idx.size, max(self.lam_now, 1e-12))
         if pol.bandwidth_split == "p1":
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
-                                loss_budget_s=self.Lmax[idx], restart_s=self.Tr[idx])
+                                loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx])
             plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes)
             b, interval = plan.bandwidth_bytes_per_s, plan.interval_s
         else:

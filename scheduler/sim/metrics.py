@@ -7,7 +7,8 @@ Definitions (stated in the report too):
 - downtime: seconds from a job stopping on a reclaimed node to computing again (transfer + restart +
   any wait); interruptions not resumed by the end of the trace count with their time so far;
 - migration_success: share of interruptions after which the job resumed on another node having lost no
-  more than its loss budget;
+  more than its loss budget (the failures are split into not moved / emergency over budget / scheduled
+  reclaim over budget, i.e. notice too short for a final checkpoint);
 - traffic_degradation: research demand not served / research demand, over link-time carrying bulk
   traffic that competes with research (see `scheduler.sim.network`);
 - gpu_utilization: useful GPU-time (progress kept) / GPU-time from each job's first start to its end.
@@ -26,8 +27,10 @@ def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
     """SPEC §7 keys first, then extras; plain floats/ints only (JSON-ready)."""
     ints = r.interruptions
     down = np.array([(x.t_resume_s if np.isfinite(x.t_resume_s) else horizon_s) - x.t_stop_s for x in ints])
-    ok = np.array([np.isfinite(x.t_resume_s) and x.dest >= 0 and x.dest != x.source
-                   and x.lost_s <= x.budget_s + 1e-9 for x in ints], dtype=bool)
+    moved = np.array([np.isfinite(x.t_resume_s) and x.dest >= 0 and x.dest != x.source for x in ints], dtype=bool)
+    over = np.array([x.lost_s > x.budget_s + 1e-9 for x in ints], dtype=bool)
+    emergency = np.array([x.emergency for x in ints], dtype=bool)
+    ok = moved & ~over
     lost_h = r.lost_gpu_s / 3600.0
     ovh_h = r.overhead_gpu_s / 3600.0
     err = np.nan
@@ -47,6 +50,10 @@ def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
         "lost_gpu_h": round(lost_h, 4),
         "overhead_gpu_h": round(ovh_h, 4),
         "interruptions": len(ints),
+        # why migrations failed (each failed interruption counted once, in this order)
+        "fail_not_moved": int(np.sum(~moved)),
+        "fail_emergency_over_budget": int(np.sum(moved & over & emergency)),
+        "fail_scheduled_over_budget": int(np.sum(moved & over & ~emergency)),
         "hazard_rel_error_median": None if np.isnan(err) else round(err, 4),
         "migrated_tb": round(r.migration_bytes / 1e12, 4),
         "exp_em_lost_gpu_h": round(r.expected_lost_gpu_s / 3600.0, 4)

@@ -30,6 +30,9 @@ class Policy:
     final_checkpoint: bool = True  # use the notice window for a final checkpoint + planned migration
     requeue_delay_s: float = 0.0
     migrate: bool = True
+    # Eq. 9 plans with L_max · scale: 0.5 bounds Δ by L_max itself (every emergency loses ≤ Δ + C/b)
+    # instead of 2·L_max (an expected loss of L_max); evaluation-only, not a SPEC §7 name
+    loss_budget_scale: float = 1.0
 
 
 RECLAIMNET = Policy("reclaimnet")
@@ -49,6 +52,8 @@ _NAMED: dict[str, Policy] = {
     # not in SPEC §7: ReclaimNet with P1 fed the true λ(t) and available bandwidth (P2/P3 unchanged),
     # to separate the cost of estimating λ and B from the mechanism itself
     "informed": Policy("informed", interval="informed"),
+    # not in SPEC §7: ReclaimNet reading the loss budget as a bound on every emergency, not its mean
+    "reclaimnet-strict": Policy("reclaimnet-strict", loss_budget_scale=0.5),
 }
 
 POLICY_NAMES: tuple[str, ...] = (*_NAMED, "fixed:SECONDS")

@@ -135,7 +135,9 @@ MODEL_NOTES = """- A running job alternates Δ of work with a synchronous checkp
   `no-migration` = checkpoints to local disk only, the job waits for its node to come back;
   ablation: P1 off = static interval + equal split, P2 off = first fit, P3 off = TCP sharing;
   `informed` (not a SPEC §7 name) = ReclaimNet with P1 fed the true λ(t) and link bandwidth instead
-  of the estimators' λ⁺ and B⁻ (P2/P3 unchanged): what perfect estimates would buy.
+  of the estimators' λ⁺ and B⁻ (P2/P3 unchanged): what perfect estimates would buy;
+  `reclaimnet-strict` (not a SPEC §7 name) = ReclaimNet with Eq. 9 fed L_max/2, so Δ ≤ L_max: the loss
+  budget read as a bound on every emergency rather than on the expected loss.
 - Links are shared by both directions (no full-duplex split); a gang job runs on one node; jobs queue
   FIFO with backfill and are first placed first-fit (the oracle: future-aware); pre-sync goes to a buddy
   node in the same building over the source's access link.
@@ -153,8 +155,10 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
                  relaxed_rows: list[dict], ext_rows: list[dict], ext_names: list[str], paper: dict, predicted_gap: float,
                  measured_gap: float, reconv_min: float, dip: float, haz_err: float | None, plots: list[str], ratio: float,
                  vs_slurm: float, vs_static: float, success: float, degradation: float, no_adm_deg: float,
-                 runtime_s: float, quick: bool) -> Path:
-    """Write report.md into `out` and return its path."""
+                 runtime_s: float, quick: bool, extra: dict[str, Any] | None = None) -> Path:
+    """Write report.md into `out` and return its path. `extra` (all optional): gap_rows, drift_rows,
+    rep_rows, research_rows, fail_rows + fail_cols, oracle_theory, informed_pct, strict_success, strict_loss."""
+    x = extra or {}
     lines = ["# ReclaimNet trace-driven evaluation (issue 7)", ""]
     if quick:
         lines += ["**QUICK RUN** (10-day campus, no external traces): not the evaluation of record.", ""]
@@ -168,6 +172,11 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
               "departures over 54 nodes x 60 days (that is ≈ 0.011 departures per node-hour overall). The",
               "generator matches the departure count, the emergency share and the diurnal/drift shape, so its",
               "hazard level per lent node is far below 0.99/h; Young/Daly intervals are correspondingly long.",
+              "Two of the paper's own numbers point to the other reading (λ ≈ 1/h): its static Young/Daly",
+              "interval is 10 minutes, which Lemma 1 gives for a 3.2 GB checkpoint at ≈ 1/h and 570 Mbit/s",
+              "(at this campus's 0.016/h it is ≈ 1.4 h), and an 18-minute re-convergence needs tens of",
+              "emergencies per hour campus-wide (see the re-convergence table). A campus at ≈ 1/h with 847",
+              "departures cannot exist, so this report keeps the count and states what it changes.",
               "", "## Main comparison (measured)", "", _md(table, cols), "",
               "## The paper's Table (paper, SPEC §6) next to the measured values", "",
               "| policy | loss GPU-h paper / measured (lost-only) | median downtime s paper / measured | "
@@ -182,38 +191,91 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
                      f"{_fmt(p[2])} / {_fmt(100 * row['migration_success'])} | {_fmt(p[3])} / "
                      f"{_fmt(100 * row['traffic_degradation'])} | {_fmt(p[4])} / "
                      f"{_fmt(100 * row['gpu_utilization'])} |")
+    rep = {r["policy"]: r for r in x.get("rep_rows", [])}
+    rn_rep = rep.get("reclaimnet", {})
+    d0 = (x.get("drift_rows") or [{}])[0]
+    drift_first = d0.get("median_first_within_10pct_min")
+    res_rows = [r for r in x.get("research_rows", []) if r["policy"] == "reclaimnet" and r["research_scale"] < 1]
     checks = [
-        ("ReclaimNet work loss within 5% of the oracle (paper 7.7%)", f"ratio {ratio:.2f}", ratio <= 1.05),
-        ("≥ 66% below slurm-pr", _below(vs_slurm), vs_slurm >= 66),
-        ("≥ 38% below static Young/Daly", _below(vs_static), vs_static >= 38),
-        ("migration success > 91%", f"{success:.1f}%", success > 91),
-        ("research degradation < 3%", f"{degradation:.2f}%", degradation < 3),
+        ("ReclaimNet work loss within 5% of the oracle (paper 7.7%)",
+         f"ratio {ratio:.2f} (first-order theory for the median job ≈ {_fmt(x.get('oracle_theory'))}; vs the "
+         f"hindsight-rates reference `informed`: {_fmt(x.get('informed_pct'))}%)", ratio <= 1.05),
+        ("≥ 66% below slurm-pr", _below(vs_slurm) + (f"; mean over {rn_rep.get('seeds')} campuses "
+                                                    f"{rn_rep.get('% below slurm-pr')}% below" if rn_rep else ""),
+         vs_slurm >= 66),
+        ("≥ 38% below static Young/Daly", _below(vs_static) + (
+            f"; mean over {rn_rep.get('seeds')} campuses {rn_rep.get('% below static')}% below (negative = above)"
+            if rn_rep else ""),
+         vs_static >= 38),
+        ("migration success > 91%", f"{success:.1f}%" + (
+            f"; reading L_max as a per-event bound (`reclaimnet-strict`): {_fmt(x['strict_success'])}% at "
+            f"{_fmt(x['strict_loss'])} GPU-h lost" if "strict_success" in x else ""), success > 91),
+        ("research degradation < 3%", f"{degradation:.2f}%" + "".join(
+            f"; at {r['research_scale']}x research load {_fmt(100 * r['traffic_degradation'])}%" for r in res_rows),
+         degradation < 3),
         ("no-admission degradation > 25%", f"{no_adm_deg:.1f}%", no_adm_deg > 25),
-        ("Theorem 2 gap measured within 1 point of predicted",
+        ("Theorem 2 gap measured within 1 point of predicted (Δ inside an epoch)",
          f"predicted {100 * predicted_gap:.2f}%, measured {100 * measured_gap:.2f}%",
          abs(predicted_gap - measured_gap) < 0.01),
-        ("hazard re-convergence after the 1.7x step (paper 18 min)", f"{reconv_min:.0f} min",
-         reconv_min == reconv_min and reconv_min <= 18),
+        ("hazard re-convergence after the 1.7x step (paper 18 min)",
+         (f"at 0.99/h per node: median {drift_first} min (replicate mean within 10% from "
+          f"{d0.get('mean_within_10pct_from_min')} min); " if d0 else "") + f"on the campus {_fmt(reconv_min)} min",
+         drift_first is not None and drift_first <= 18),
     ]
     lines += ["", "## Targets (issue 7) - reported, not asserted", "",
-              "The oracle is a strict lower bound (one local-disk write per reclaim that hits it, placement",
-              "that dodges most reclaims), so its loss is close to zero and the ratio is not comparable with the",
-              "paper's 7.7% (whose oracle evidently still checkpoints periodically); the `informed` row shows",
-              "ReclaimNet with perfect estimates.", "", "| target | measured | met |",
+              "The oracle is a strict lower bound (one local-disk write per reclaim that hits it, placement that",
+              "dodges most reclaims), so its loss is close to zero. Against Poisson emergencies an online policy",
+              "pays at least Lemma 1's sqrt(2λC/B) per unit time while the oracle pays λC/W; the ratio",
+              "W·sqrt(2/(λCB)) is in the hundreds to thousands at this campus's hazard, so *no* online policy",
+              "can be within 5% of it (the measured ratio is of the size the formula gives). The paper's 7.7%",
+              "must come from an oracle that still checkpoints periodically; the nearest reference here is",
+              "`informed` (ReclaimNet told the true λ(t) and B(t) in hindsight).", "", "| target | measured | met |",
               "|---|---|---|"]
     lines += [f"| {a} | {b} | {'yes' if c else 'NO'} |" for a, b, c in checks]
     lines += ["", f"Median relative error of the hazard estimate (campus mean vs generator truth, every 10 min): "
               f"{_fmt(haz_err)}. After the 1.7x hazard step the estimate/truth ratio (3 h rolling median) fell to "
               f"{_fmt(dip)} of its pre-step level and was back within 15% after {_fmt(reconv_min)} min "
-              "(n/a = not within the drift period; 0 = no dip below 85%).", "",
-              "Theorem 2: *predicted* = sqrt(E[λ]E[1/B]) / E[sqrt(λ/B)] - 1 over the 10-minute epochs of the",
-              "generated trace (true λ, campus-mean available access bandwidth); *measured* = simulated cost",
-              "(expected loss + stall) of the best fixed interval over that of Lemma 1 applied per epoch with",
-              "the true λ_t and B_t, for one 3.2 GB job running through the whole trace. Theorem 2 is a",
-              "per-epoch result (Δ much shorter than an epoch; the test suite checks the 1-point match with 12 h",
-              "epochs); here Lemma 1's Δ for a 3.2 GB job spans several 10-minute epochs, and re-planning each",
-              "epoch also moves the next checkpoint (a job past its new, shorter Δ writes at once), which the",
-              "per-epoch formula does not model — a likely reason the two differ (not investigated further).", "",
+              "(n/a = not within the drift period; 0 = no dip below 85%).", ""]
+    if x.get("rep_rows"):
+        lines += ["## Replicates: the main contrasts over independent campuses (measured)", "",
+                  "The same generator with other seeds (seed 1 is the main table). Mean ± half-width of the 95%",
+                  "t-interval; the contrasts with static and slurm-pr are paired per seed. Only ~50 emergencies",
+                  "hit jobs in each two-month campus, so one campus is one noisy draw.", "",
+                  _md(x["rep_rows"], list(x["rep_rows"][0])), ""]
+    if x.get("fail_rows"):
+        lines += ["## Why migrations failed (measured, main campus)", "",
+                  "Each failed interruption counted once: not moved (no destination before the trace ended, or",
+                  "resumed on its own node), emergency over budget (Eq. 9 allows Δ up to 2·L_max, an *expected*",
+                  "loss of L_max, so an emergency late in a long cycle loses more), scheduled over budget (notice",
+                  "shorter than C/b + T_r: the job runs to the deadline and loses its work since the last",
+                  "checkpoint). `reclaimnet-strict` plans with L_max/2, i.e. Δ ≤ L_max.", "",
+                  _md(x["fail_rows"], x["fail_cols"]), ""]
+    if x.get("research_rows"):
+        lines += ["## Research load vs the 30% reserve (measured)", "",
+                  "Research demand scaled by a factor (1.0 = the generator's 15-20% of the link at night, 35-40%",
+                  "by day, i.e. above the 30% reserve every day). P3 guarantees research its reserve; demand above",
+                  "it competes with pre-sync writes that P1 planned into the other 70%.", "",
+                  _md(x["research_rows"], ["research_scale", *cols]), ""]
+    if x.get("gap_rows"):
+        lines += ["## Theorem 2: predicted vs measured adaptivity gap (measured)", "",
+                  "*predicted* = sqrt(E[λ]E[1/B]) / E[sqrt(λ/B)] - 1 over the 10-minute epochs of the generated",
+                  "trace (true λ, campus-mean available access bandwidth); it does not depend on C. *measured* =",
+                  "simulated cost (expected loss + stall) of the best fixed interval over that of Lemma 1 applied per",
+                  "epoch with the true λ_t and B_t, for one job running through the whole trace. Theorem 2 is a",
+                  "per-epoch result (Δ much shorter than an epoch): a 1 MB checkpoint has Δ ≈ 1 min and matches;",
+                  "for a 3.2 GB checkpoint Δ spans several epochs, and re-planning each epoch also moves the next",
+                  "checkpoint, which the per-epoch formula does not model.", "",
+                  _md(x["gap_rows"], list(x["gap_rows"][0])), ""]
+    if x.get("drift_rows"):
+        lines += ["## Hazard re-convergence after a 1.7x step, by hazard level (measured)", "",
+                  "The production `HazardEstimator` on 54 lent nodes with a stationary hazard for 48 h, then a 1.7x",
+                  "step; minutes until the estimate is within 10% of the new truth (median over replicates of the",
+                  "first time; and from when the replicate mean stays within 10%). — = not within the minutes",
+                  "followed. Re-convergence needs a number of post-step emergencies, so it scales with 1 / the",
+                  "campus event rate: at the paper's ≈ 1/h per node it is tens of minutes, at this campus's",
+                  "0.016/h it is hours to days, which is what the campus measurement above shows.", "",
+                  _md(x["drift_rows"], list(x["drift_rows"][0])), ""]
+    lines += [
               "## Findings (measured)", "", *_findings(table, abl_rows, relaxed_rows), "",
               "## Ablation (measured; 1 = on, order P1 P2 P3)", "", _md(abl_rows, cols), "",
               "## Sensitivity: the same campus without loss budgets (measured)", "",

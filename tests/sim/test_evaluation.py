@@ -1,0 +1,115 @@
+"""Evaluation pieces of issue 7: the strict loss-budget variant, the failure breakdown, and the helpers of
+scripts/evaluate.py and scripts/hazard_drift.py (replicate statistics, oracle theory, re-convergence)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scheduler.sim.engine import Simulator, simulate
+from scheduler.sim.metrics import summarise
+from scheduler.sim.policies import get_policy
+from scheduler.sim.trace import from_rows
+from tests.sim.helpers import poisson_trace, star_campus
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _script(name: str):
+    sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _with_budget(tr, budget_s: float):
+    jobs = dict(tr.tables["jobs"])
+    jobs["loss_budget_s"] = np.full_like(jobs["loss_budget_s"], budget_s)
+    return replace(tr, tables={**tr.tables, "jobs": jobs})
+
+
+def test_strict_variant_bounds_every_interval_by_the_loss_budget_not_twice_it() -> None:
+    # rare emergencies: Young/Daly's interval (hours) is far above both 2·L_max and L_max
+    tr = _with_budget(poisson_trace(4, 3, 1e-6, 6 * 3600.0, 1e9, 1e8, seed=3), 900.0)
+    plain = Simulator(tr, get_policy("reclaimnet"))
+    plain.run()
+    strict = Simulator(tr, get_policy("reclaimnet-strict"))
+    strict.run()
+    run = np.isfinite(plain.delta) & (plain.delta > 0)
+    assert run.any()
+    assert np.all(plain.delta[run] <= 2 * 900.0 + 1e-6)
+    assert np.any(plain.delta[run] > 900.0 + 1e-6)  # Eq. 9 alone lets Δ exceed L_max
+    run = np.isfinite(strict.delta) & (strict.delta > 0)
+    assert run.any() and np.all(strict.delta[run] <= 900.0 + 1e-6)
+
+
+def test_failure_breakdown_names_an_emergency_over_budget() -> None:
+    rows = star_campus(2, 1e8)
+    rows["jobs"] = [{"id": "j", "submit_s": 0, "gpus": 1, "vram_gb": 0, "min_capability": 0, "work_s": 20000,
+                     "ckpt_bytes": 1e9, "restart_s": 10, "loss_budget_s": 60}]
+    # the job starts on n0 (first fit); an emergency there at 3000 s, long before static's first checkpoint
+    rows["reclaims"] = [{"node": "n0", "t_s": 3000.0, "notice_s": 0, "return_s": 9000.0}]
+    rows["hazard"] = [{"t_s": 0, "per_s": 1e-7}]
+    tr = from_rows(rows, 40000.0)
+    s = summarise(simulate(tr, get_policy("static")), tr.horizon_s)
+    assert s["interruptions"] == 1
+    assert s["fail_emergency_over_budget"] == 1
+    assert s["fail_not_moved"] == 0 and s["fail_scheduled_over_budget"] == 0
+    assert s["migration_success"] == 0.0
+
+
+@pytest.mark.parametrize("policy", ["reclaimnet", "static", "no-migration"])
+def test_failure_breakdown_accounts_for_every_failed_interruption(policy: str) -> None:
+    from scheduler.sim.tracegen import GenConfig, generate
+
+    tr = generate(GenConfig(days=3.0, seed=2, n_jobs=14, total_gpu_h=120.0, departures=60, node_scale=0.2,
+                            drift_start_day=1.5, drift_days=0.5))
+    s = summarise(simulate(tr, get_policy(policy)), tr.horizon_s)
+    failed = s["fail_not_moved"] + s["fail_emergency_over_budget"] + s["fail_scheduled_over_budget"]
+    assert s["interruptions"] > 0
+    assert failed == round(s["interruptions"] * (1 - s["migration_success"]))
+
+
+def test_mean_ci_is_the_student_t_interval() -> None:
+    ev = _script("evaluate")
+    m, h = ev._mean_ci([1.0, 2.0, 3.0])
+    assert m == pytest.approx(2.0)
+    assert h == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)
+    assert ev._mean_ci([5.0]) == (5.0, 0.0)
+
+
+def test_replicate_contrasts_are_paired_per_campus() -> None:
+    ev = _script("evaluate")
+    base = {"lost_gpu_h": 1.0, "overhead_gpu_h": 1.0, "migration_success": 0.9, "traffic_degradation": 0.1}
+    results = {}
+    for tr, scale in (("a", 1.0), ("b", 10.0)):  # campus b loses 10x more under every policy
+        for p in ev.REPLICATE_POLICIES:
+            results[(tr, p)] = {**base, "work_lost_gpu_h": scale * (50.0 if p == "reclaimnet" else 100.0)}
+    rows = {r["policy"]: r for r in ev._replicate_rows(results, ["a", "b"])}
+    assert rows["reclaimnet"]["% below static"] == "50 ± 0"  # unpaired means would not give a zero width
+    assert rows["static"]["% below static"] == "0 ± 0"
+    assert rows["reclaimnet"]["seeds"] == 2
+
+
+def test_oracle_ratio_theory_follows_lemma_1_over_one_local_write() -> None:
+    ev = _script("evaluate")
+    lam, c, b = 1e-5, 3.2e9, 7e7
+    lemma1 = np.sqrt(2 * lam * c / b)
+    oracle = lam * c / 1e9
+    assert ev._oracle_ratio_theory(lam, c, b) == pytest.approx(lemma1 / oracle)
+    assert ev._oracle_ratio_theory(lam / 100, c, b) == pytest.approx(10 * ev._oracle_ratio_theory(lam, c, b))
+
+
+def test_reconvergence_samples_at_the_requested_step() -> None:
+    drift = _script("hazard_drift")
+    stays, first, mean = drift.reconvergence(54, replicates=2, after_min=30, base_per_h=0.99, sample_min=5)
+    assert mean.shape == (6,)
+    assert stays % 5 == 0 and 5 <= stays <= 35
+    assert first % 5 == 0
+    assert np.all(mean > 0)
