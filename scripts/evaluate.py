@@ -427,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
                  runtime_s=time.perf_counter() - t_start, quick=args.quick,
                  extra={"gap_rows": gap_rows, "drift_rows": drift_rows, "rep_rows": rep_rows,
                         "research_rows": research_rows, "fail_rows": fail_rows, "fail_cols": fail_cols,
-                        "oracle_theory": oracle_theory, "informed_pct": informed_pct,
+                        "oracle_theory": oracle_theory,
+                        "campus_hazard_per_s": float(np.mean(hz["per_s"])) if hz else None, "informed_pct": informed_pct,
                         "strict_success": 100 * strict["migration_success"],
                         "strict_loss": strict["work_lost_gpu_h"]})
     d0 = drift_rows[0]
