@@ -23,6 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hazard_drift import reconvergence  # scripts/, beside this file
+
 from scheduler.estimators import adaptivity_gap
 from scheduler.p1 import optimal_interval_s
 from scheduler.sim.adapters import EXTERNAL, load_external
@@ -150,9 +152,6 @@ def _gap_task(task: tuple[dict[str, Any], float]) -> tuple[float, float, float]:
 
 def _drift_task(level: tuple[float, int, int, int]) -> dict[str, float]:
     """Re-convergence of the production HazardEstimator after a 1.7x step at one hazard level (54 nodes)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from hazard_drift import reconvergence
-
     per_h, after_min, sample_min, reps = level
     stays, first, _ = reconvergence(54, reps, after_min, per_h, sample_min)
     return {"hazard_per_node_h": per_h, "campus_events_per_h": round(54 * per_h * 1.7, 2), "replicates": reps,

@@ -247,45 +247,41 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
               f"{_fmt(haz_err)}. After the 1.7x hazard step the estimate/truth ratio (3 h rolling median) fell to "
               f"{_fmt(dip)} of its pre-step level and was back within 15% after {_fmt(reconv_min)} min "
               "(n/a = not within the drift period; 0 = no dip below 85%).", ""]
-    if x.get("rep_rows"):
-        lines += ["## Replicates: the main contrasts over independent campuses (measured)", "",
-                  "The same generator with other seeds (seed 1 is the main table). Mean ± half-width of the 95%",
-                  "t-interval; the contrasts with static and slurm-pr are paired per seed. Only ~50 emergencies",
-                  "hit jobs in each two-month campus, so one campus is one noisy draw.", "",
-                  _md(x["rep_rows"], list(x["rep_rows"][0])), ""]
-    if x.get("fail_rows"):
-        lines += ["## Why migrations failed (measured, main campus)", "",
-                  "Each failed interruption counted once: not moved (no destination before the trace ended, or",
-                  "resumed on its own node), emergency over budget (Eq. 9 allows Δ up to 2·L_max, an *expected*",
-                  "loss of L_max, so an emergency late in a long cycle loses more), scheduled over budget (notice",
-                  "shorter than C/b + T_r: the job runs to the deadline and loses its work since the last",
-                  "checkpoint). `reclaimnet-strict` plans with L_max/2, i.e. Δ ≤ L_max.", "",
-                  _md(x["fail_rows"], x["fail_cols"]), ""]
-    if x.get("research_rows"):
-        lines += ["## Research load vs the 30% reserve (measured)", "",
-                  "Research demand scaled by a factor (1.0 = the generator's 15-20% of the link at night, 35-40%",
-                  "by day, i.e. above the 30% reserve every day). P3 guarantees research its reserve; demand above",
-                  "it competes with pre-sync writes that P1 planned into the other 70%.", "",
-                  _md(x["research_rows"], ["research_scale", *cols]), ""]
-    if x.get("gap_rows"):
-        lines += ["## Theorem 2: predicted vs measured adaptivity gap (measured)", "",
-                  "*predicted* = sqrt(E[λ]E[1/B]) / E[sqrt(λ/B)] - 1 over the 10-minute epochs of the generated",
-                  "trace (true λ, campus-mean available access bandwidth); it does not depend on C. *measured* =",
-                  "simulated cost (expected loss + stall) of the best fixed interval over that of Lemma 1 applied per",
-                  "epoch with the true λ_t and B_t, for one job running through the whole trace. Theorem 2 is a",
-                  "per-epoch result (Δ much shorter than an epoch): a 1 MB checkpoint has Δ ≈ 1 min and matches;",
-                  "for a 3.2 GB checkpoint Δ spans several epochs, and re-planning each epoch also moves the next",
-                  "checkpoint, which the per-epoch formula does not model.", "",
-                  _md(x["gap_rows"], list(x["gap_rows"][0])), ""]
-    if x.get("drift_rows"):
-        lines += ["## Hazard re-convergence after a 1.7x step, by hazard level (measured)", "",
-                  "The production `HazardEstimator` on 54 lent nodes with a stationary hazard for 48 h, then a 1.7x",
-                  "step; minutes until the estimate is within 10% of the new truth (median over replicates of the",
-                  "first time; and from when the replicate mean stays within 10%). — = not within the minutes",
-                  "followed. Re-convergence needs a number of post-step emergencies, so it scales with 1 / the",
-                  "campus event rate: at the paper's ≈ 1/h per node it is tens of minutes, at this campus's",
-                  "0.016/h it is hours to days, which is what the campus measurement above shows.", "",
-                  _md(x["drift_rows"], list(x["drift_rows"][0])), ""]
+    sections = (  # (key in `extra`, heading, prose, columns: None = the rows' own keys)
+        ("rep_rows", "Replicates: the main contrasts over independent campuses (measured)",
+         "The same generator with other seeds (seed 1 is the main table). Mean ± half-width of the 95%\n"
+         "t-interval; the contrasts with static and slurm-pr are paired per seed. Only ~50 emergencies\n"
+         "hit jobs in each two-month campus, so one campus is one noisy draw.", None),
+        ("fail_rows", "Why migrations failed (measured, main campus)",
+         "Each failed interruption counted once: not moved (no destination before the trace ended, or\n"
+         "resumed on its own node), emergency over budget (Eq. 9 allows Δ up to 2·L_max, an *expected*\n"
+         "loss of L_max, so an emergency late in a long cycle loses more), scheduled over budget (notice\n"
+         "shorter than C/b + T_r: the job runs to the deadline and loses its work since the last\n"
+         "checkpoint). `reclaimnet-strict` plans with L_max/2, i.e. Δ ≤ L_max.", x.get("fail_cols")),
+        ("research_rows", "Research load vs the 30% reserve (measured)",
+         "Research demand scaled by a factor (1.0 = the generator's 15-20% of the link at night, 35-40%\n"
+         "by day, i.e. above the 30% reserve every day). P3 guarantees research its reserve; demand above\n"
+         "it competes with pre-sync writes that P1 planned into the other 70%.", ["research_scale", *cols]),
+        ("gap_rows", "Theorem 2: predicted vs measured adaptivity gap (measured)",
+         "*predicted* = sqrt(E[λ]E[1/B]) / E[sqrt(λ/B)] - 1 over the 10-minute epochs of the generated\n"
+         "trace (true λ, campus-mean available access bandwidth); it does not depend on C. *measured* =\n"
+         "simulated cost (expected loss + stall) of the best fixed interval over that of Lemma 1 applied per\n"
+         "epoch with the true λ_t and B_t, for one job running through the whole trace. Theorem 2 is a\n"
+         "per-epoch result (Δ much shorter than an epoch): a 1 MB checkpoint has Δ ≈ 1 min and matches;\n"
+         "for a 3.2 GB checkpoint Δ spans several epochs, and re-planning each epoch also moves the next\n"
+         "checkpoint, which the per-epoch formula does not model.", None),
+        ("drift_rows", "Hazard re-convergence after a 1.7x step, by hazard level (measured)",
+         "The production `HazardEstimator` on 54 lent nodes with a stationary hazard for 48 h, then a 1.7x\n"
+         "step; minutes until the estimate is within 10% of the new truth (median over replicates of the\n"
+         "first time; and from when the replicate mean stays within 10%). — = not within the minutes\n"
+         "followed. Re-convergence needs a number of post-step emergencies, so it scales with 1 / the\n"
+         "campus event rate: at the paper's ≈ 1/h per node it is tens of minutes, at this campus's\n"
+         "0.016/h it is hours to days, which is what the campus measurement above shows.", None),
+    )
+    for key, heading, prose, section_cols in sections:
+        rows = x.get(key)
+        if rows:
+            lines += [f"## {heading}", "", prose, "", _md(rows, section_cols or list(rows[0])), ""]
     lines += [
               "## Findings (measured)", "", *_findings(table, abl_rows, relaxed_rows), "",
               "## Ablation (measured; 1 = on, order P1 P2 P3)", "", _md(abl_rows, cols), "",
