@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hazard_drift import reconvergence
+from hazard_drift import false_alarms, reconvergence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,6 +117,41 @@ def test_window_shrinks_after_a_detected_change() -> None:
     est = HazardEstimator(200)
     simulate(est, lambda t: (1.0 if t < 10 * 3600 else 3.0) / 3600, hours=11, seed=2)
     assert est.window_used_s(11 * 3600.0).max() < 6 * 3600
+
+
+def _building_step(pooled: bool) -> HazardEstimator:
+    """4 buildings of 10 nodes: one emergency per building every 20 min for 5 h, then one every 7.5 min."""
+    est = HazardEstimator(40, group_of=np.arange(40) % 4, campus_change_test=pooled)
+    for g in range(4):
+        nodes = np.arange(g, 40, 4)
+        times = [*np.arange(600.0 + 120 * g, 5 * 3600.0, 1200.0),
+                 *np.arange(5 * 3600.0 + 200 + 60 * g, 6 * 3600.0, 450.0)]
+        for k, t in enumerate(times):
+            est.record_departure(int(nodes[k % 10]), float(t))
+    est.add_exposure(0.0, 6 * 3600.0, np.ones(40, dtype=bool))
+    return est
+
+
+def test_pooled_campus_test_catches_a_step_too_small_for_any_building_alone() -> None:
+    pooled, alone = _building_step(True), _building_step(False)
+    assert np.all(alone.window_used_s(6 * 3600.0) > 5 * 3600)  # no building's own test fires
+    assert np.all(pooled.window_used_s(6 * 3600.0) <= 3600 + 600)  # the campus test cuts at the step
+    truth_per_building_h = 8.0  # one event per 7.5 min after the step
+    est = pooled.hazard_per_s(6 * 3600.0).mean() * 10 * 3600
+    assert abs(est / truth_per_building_h - 1) < 0.1
+    assert alone.hazard_per_s(6 * 3600.0).mean() * 10 * 3600 < 0.6 * truth_per_building_h
+
+
+def test_pooled_test_is_faster_at_no_more_false_alarms_than_the_looser_per_building_test() -> None:
+    # the trade-off `make bench-drift` reports, on fewer replicates (same seeds for both estimators)
+    looser = {"campus_change_test": False, "change_threshold": 8.0}
+    _, first_default, _ = reconvergence(replicates=20, after_min=90)
+    _, first_looser, _ = reconvergence(replicates=20, after_min=90, estimator_options=looser)
+    null_default = [false_alarms(s, days=2.0) for s in range(3)]
+    null_looser = [false_alarms(s, days=2.0, estimator_options=looser) for s in range(3)]
+    assert first_default < first_looser
+    assert np.mean([x[0] for x in null_default]) <= np.mean([x[0] for x in null_looser])
+    assert np.mean([x[1] for x in null_default]) <= np.mean([x[1] for x in null_looser]) + 0.005
 
 
 def test_bandwidth_ewma_and_lower_bound() -> None:
