@@ -35,8 +35,8 @@ from scheduler.sim.report import write_report
 from scheduler.sim.trace import Trace, from_rows
 from scheduler.sim.tracegen import DAY_S, GenConfig, generate, statistics
 
-MAIN_POLICIES = ("slurm-pr", "no-migration", "static", "random-dst", "no-admission", "tv-fixed", "reclaimnet",
-                 "informed", "reclaimnet-strict", "oracle", "fixed:600")
+MAIN_POLICIES = ("slurm-pr", "no-migration", "static", "static-budget", "random-dst", "no-admission", "tv-fixed",
+                 "reclaimnet", "informed", "reclaimnet-strict", "reclaimnet-reserve", "oracle", "fixed:600")
 # more generated campuses (same generator, other seeds) for confidence intervals of the main contrasts
 REPLICATE_SEEDS = (2, 3, 4)
 REPLICATE_POLICIES = ("slurm-pr", "static", "no-admission", "tv-fixed", "reclaimnet")
@@ -48,6 +48,12 @@ GAP_CKPT_BYTES = (1e6, 1e8, 3.2e9)
 # hazard re-convergence after a 1.7x step (production HazardEstimator, 54 nodes): (per-node hazard per h,
 # minutes followed after the step, sampling minutes, replicates)
 DRIFT_LEVELS = ((0.99, 120, 1, 40), (0.1, 720, 5, 20), (0.016, 4320, 30, 20))
+# volatile campuses: 14 days, lending windows and owner periods k x shorter (same lent share), k x the
+# departures per day, so k x this campus's emergency hazard per lent node (k = 1: the 14-day reference)
+HAZARD_LEVELS = (1, 8, 32)
+HAZARD_DAYS = 14.0
+HAZARD_SEEDS = (1, 2, 3, 4)
+HAZARD_POLICIES = ("slurm-pr", "static", "static-budget", "reclaimnet")
 RELAXED_POLICIES = ("static", "reclaimnet", "informed")
 EXT_POLICIES = ("slurm-pr", "no-migration", "static", "random-dst", "no-admission", "tv-fixed", "reclaimnet",
                 "oracle")
@@ -67,6 +73,16 @@ def _campus_config(quick: bool) -> GenConfig:
     return GenConfig()
 
 
+def _volatile_config(factor: float) -> GenConfig:
+    """The default campus over HAZARD_DAYS with lending windows and owner periods `factor` x shorter."""
+    base = GenConfig()
+    share = HAZARD_DAYS / base.days
+    return replace(base, days=HAZARD_DAYS, n_jobs=round(base.n_jobs * share), total_gpu_h=base.total_gpu_h * share,
+                   departures=round(base.departures * share * factor), lent_mean_h=base.lent_mean_h / factor,
+                   owner_mean_h=base.owner_mean_h / factor, drift_start_day=base.drift_start_day * share,
+                   drift_days=base.drift_days * share)
+
+
 def _trace(name: str, quick: bool) -> Trace:
     if name not in _TRACES:
         if name == "campus":
@@ -78,6 +94,9 @@ def _trace(name: str, quick: bool) -> Trace:
             _TRACES[name] = replace(base, tables={**base.tables, "jobs": jobs})
         elif name.startswith("campus-seed"):  # replicate: the same generator, another seed
             _TRACES[name] = generate(replace(_campus_config(quick), seed=int(name.removeprefix("campus-seed"))))
+        elif name.startswith("campus-hazard"):  # volatile campus "campus-hazardK-seedN": K x the hazard
+            factor, seed = name.removeprefix("campus-hazard").split("-seed")
+            _TRACES[name] = generate(replace(_volatile_config(float(factor)), seed=int(seed)))
         elif name.startswith("campus-research"):  # sensitivity: research demand scaled by a factor
             base = _trace("campus", quick)
             research = dict(base.tables["research"])
@@ -169,14 +188,19 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
     return float(x.mean()), float(student_t.ppf(0.975, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
 
 
-def _replicate_rows(results: dict[tuple[str, str], dict[str, Any]], traces: list[str]) -> list[dict[str, Any]]:
+REPLICATE_KEYS = (("work_lost_gpu_h", 1), ("lost_gpu_h", 1), ("overhead_gpu_h", 1), ("migration_success", 100),
+                  ("traffic_degradation", 100))
+
+
+def _replicate_rows(results: dict[tuple[str, str], dict[str, Any]], traces: list[str],
+                    policies: tuple[str, ...] = REPLICATE_POLICIES,
+                    keys: tuple[tuple[str, float], ...] = REPLICATE_KEYS) -> list[dict[str, Any]]:
     """Per policy: mean ± 95% CI over the campus seeds; the contrasts with static and slurm-pr are paired
     (per seed) before averaging."""
     rows = []
-    for p in REPLICATE_POLICIES:
+    for p in policies:
         row: dict[str, Any] = {"policy": p, "seeds": len(traces)}
-        for key, scale in (("work_lost_gpu_h", 1), ("lost_gpu_h", 1), ("overhead_gpu_h", 1),
-                           ("migration_success", 100), ("traffic_degradation", 100)):
+        for key, scale in keys:
             m, h = _mean_ci([scale * results[(tr, p)][key] for tr in traces])
             row[key] = f"{m:.3g} ± {h:.2g}"
         for base in ("static", "slurm-pr"):
@@ -184,6 +208,19 @@ def _replicate_rows(results: dict[tuple[str, str], dict[str, Any]], traces: list
                              for tr in traces])
             row[f"% below {base}"] = f"{m:.0f} ± {h:.0f}"
         rows.append(row)
+    return rows
+
+
+def _hazard_rows(results: dict[tuple[str, str], dict[str, Any]], levels: tuple[int, ...],
+                 seeds: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Per volatile campus level and policy, over the seeds: loss, its parts, success, degradation, how often
+    the budget set Δ (%), and the contrasts with static and slurm-pr paired per seed."""
+    rows = []
+    for k in levels:
+        traces = [f"campus-hazard{k}-seed{sd}" for sd in seeds]
+        lam = np.mean([float(np.mean(_trace(tn, False).tables["hazard"]["per_s"])) for tn in traces]) * 3600
+        for row in _replicate_rows(results, traces, HAZARD_POLICIES, (*REPLICATE_KEYS, ("budget_bound_share", 100))):
+            rows.append({"hazard_x": k, "emergency_per_lent_node_h": round(float(lam), 3), **row})
     return rows
 
 
@@ -344,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     tasks += [(tn, p, args.quick) for tn in rep_traces[1:] for p in REPLICATE_POLICIES]
     levels = RESEARCH_LEVELS[:1] if args.quick else RESEARCH_LEVELS
     tasks += [(f"campus-research{x}", p, args.quick) for x in levels for p in RESEARCH_POLICIES]
+    hazard_levels = HAZARD_LEVELS[1:2] if args.quick else HAZARD_LEVELS
+    hazard_seeds = HAZARD_SEEDS[:1] if args.quick else HAZARD_SEEDS
+    tasks += [(f"campus-hazard{k}-seed{sd}", p, args.quick) for k in hazard_levels for sd in hazard_seeds
+              for p in HAZARD_POLICIES]
     ext_names = [] if args.quick else list(EXTERNAL)
     tasks += [(e, p, args.quick) for e in ext_names for p in EXT_POLICIES]
     results: dict[tuple[str, str], dict[str, Any]] = {}
@@ -397,8 +438,10 @@ def main(argv: list[str] | None = None) -> int:
         research_rows += [{"research_scale": x, "policy": p, **{c: results[(tn, p)][c] for c in cols[1:]}}
                           for p in RESEARCH_POLICIES]
     _write_csv(out / "research_load.csv", research_rows)
+    hazard_rows = _hazard_rows(results, hazard_levels, hazard_seeds)
+    _write_csv(out / "hazard_levels.csv", hazard_rows)
     fail_cols = ["policy", "interruptions", "migration_success", "fail_not_moved", "fail_emergency_over_budget",
-                 "fail_scheduled_over_budget"]
+                 "fail_scheduled_over_budget", "budget_bound_share"]
     fail_rows = [{"policy": p, **{c: main_rows[p][c] for c in fail_cols[1:]}} for p in main_rows]
     haz_err = main_rows["reclaimnet"]["hazard_rel_error_median"]
     if series.get("true"):
@@ -429,7 +472,10 @@ def main(argv: list[str] | None = None) -> int:
                         "oracle_theory": oracle_theory,
                         "campus_hazard_per_s": float(np.mean(hz["per_s"])) if hz else None, "informed_pct": informed_pct,
                         "strict_success": 100 * strict["migration_success"],
-                        "strict_loss": strict["work_lost_gpu_h"]})
+                        "strict_loss": strict["work_lost_gpu_h"], "hazard_rows": hazard_rows,
+                        "vs_static_budget": _pct_below(rn["work_lost_gpu_h"],
+                                                       main_rows["static-budget"]["work_lost_gpu_h"]),
+                        "reserve": main_rows["reclaimnet-reserve"]})
     d0 = drift_rows[0]
     print(f"\nTheorem 2 adaptivity gap ({GAP_CKPT_BYTES[0] / 1e6:g} MB job): predicted {100 * predicted:.2f}%, "
           f"measured {100 * measured:.2f}%; hazard re-convergence after the 1.7x step at {d0['hazard_per_node_h']}/h: "

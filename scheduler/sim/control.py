@@ -14,7 +14,7 @@ import numpy as np
 
 from scheduler.p1 import P1Jobs, optimal_interval_s, plan_checkpoints
 from scheduler.p3 import P3Flows, admit_flows_on_paths
-from scheduler.sim.network import LINE_RATE_BYTES_PER_S, RESERVE_FRACTION, allocate
+from scheduler.sim.network import LINE_RATE_BYTES_PER_S, allocate
 
 LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
 MIN_RATE_BYTES_PER_S = 1e5
@@ -28,6 +28,7 @@ class ControlMixin:
     # attributes provided by Simulator
     pol: Any
     st: np.ndarray
+    reserve_fraction: float
 
     # ---- interval / bandwidth planning (P1) ------------------------------------------------------
     def _replan(self, t: float, idx: np.ndarray | None = None) -> None:
@@ -58,7 +59,7 @@ class ControlMixin:
                 af[f["links"]] += f["shaped"]
         informed = pol.interval == "informed"  # P1 fed the true λ(t) and link bandwidth
         cap = self.B if informed else self.Bcap
-        budget_node = np.maximum((1 - RESERVE_FRACTION) * cap - af, MIN_RATE_BYTES_PER_S)[self.access]
+        budget_node = np.maximum((1 - self.reserve_fraction) * cap - af, MIN_RATE_BYTES_PER_S)[self.access]
         lam = np.maximum(self.lam_up[nodes], 1e-12)
         if informed and self.lam_true is not None:
             lam = np.full(idx.size, max(self.lam_now, 1e-12))
@@ -78,6 +79,12 @@ class ControlMixin:
         elif pol.interval == "static":
             interval = optimal_interval_s(np.full(idx.size, self.mean_hazard_per_s), self.C[idx],
                                           np.full(idx.size, self.mean_bw_bytes_per_s))
+        elif pol.interval == "static-budget":  # Lemma 1 at trace-wide means, clipped by Eq. 9
+            jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), np.full(idx.size, self.mean_hazard_per_s),
+                                self.C[idx], loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale,
+                                restart_s=self.Tr[idx])
+            interval = plan_checkpoints(jobs, np.full(idx.size, self.mean_bw_bytes_per_s), beta=P1_BETA,
+                                        group=np.arange(idx.size)).interval_s
         elif pol.interval == "truth":  # Lemma 1 at the true λ(t) and the true available bandwidth
             lam_t = self.lam_now if self.lam_true is not None else self.mean_hazard_per_s
             b_true = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)[self.access[nodes]]
@@ -116,7 +123,7 @@ class ControlMixin:
             dd, ss = self.delta[net_writers], self.s[net_writers]
             duty = np.where(np.isfinite(dd), ss / (dd + ss), 0.0)
         self.use = allocate(self.pol.traffic, self.B, self.R, links, shaped, self.access[self.node[net_writers]],
-                            self.bplan[net_writers], duty, self.wceil[net_writers])
+                            self.bplan[net_writers], duty, self.wceil[net_writers], self.reserve_fraction)
         if net_writers.size:
             b = np.maximum(self.use.writer_rate_bytes_per_s, MIN_RATE_BYTES_PER_S)
             new_s = self.C[net_writers] / b
@@ -137,7 +144,8 @@ class ControlMixin:
                         notice_s=np.array([f["deadline"] - t for f in fl]),
                         restart_s=np.array([self.Tr[f["job"]] for f in fl]),
                         cap_bytes_per_s=np.full(len(fl), LINE_RATE_BYTES_PER_S))
-        dec = admit_flows_on_paths(flows, self.Bcap, [f["links"] for f in fl], reserve_fraction=RESERVE_FRACTION)
+        dec = admit_flows_on_paths(flows, self.Bcap, [f["links"] for f in fl],
+                                   reserve_fraction=self.reserve_fraction)
         for k, f in enumerate(fl):
             if dec.admitted[k]:
                 f["shaped"] = float(dec.rate_bytes_per_s[k])
@@ -146,7 +154,7 @@ class ControlMixin:
         """P1's final-checkpoint test C/b + T_r <= τ at P3's migration budget (1 - β)·B⁻ of the access link
         (static: at the trace-mean available bandwidth)."""
         if self.pol.interval in ("p1", "fixed", "tv", "truth", "informed"):
-            b = self.Bcap[self.access[n]] * (1 - RESERVE_FRACTION)
+            b = self.Bcap[self.access[n]] * (1 - self.reserve_fraction)
             jobs = P1Jobs.build((self.job_ids[j],), np.array([1e-6]), self.C[j:j + 1],
                                 notice_s=np.array([tau]), restart_s=np.array([restart_s]))
             return bool(plan_checkpoints(jobs, b, beta=P1_BETA).final_checkpoint[0])

@@ -19,7 +19,7 @@ import numpy as np
 from scheduler.p2 import P2Request, select_destination
 from scheduler.sim.control import LOCAL_WRITE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ControlMixin
 from scheduler.sim.cycles import advance_cycles, risk_integral, time_to_finish
-from scheduler.sim.network import LINE_RATE_BYTES_PER_S
+from scheduler.sim.network import LINE_RATE_BYTES_PER_S, RESERVE_FRACTION
 from scheduler.sim.policies import Policy
 from scheduler.sim.trace import Trace
 from scheduler.topology import CampusTree
@@ -63,6 +63,8 @@ class SimResult:
     epoch_bw_bytes_per_s: list[float] = field(default_factory=list)
     migration_bytes: float = 0.0
     running_gpu_s: float = 0.0
+    reserve_fraction: float = 0.3  # P3's research reserve β this run used
+    budget_bound_gpu_s: float = 0.0  # running GPU-time with Δ ≥ 2·L_max (Eq. 9's upper bound reached or passed)
     expected_lost_gpu_s: float = 0.0  # ∫ λ_true(t)·(work at risk) dt: the loss's conditional expectation
 
 
@@ -162,6 +164,12 @@ class Simulator(ControlMixin):
         self.prior_hazard_per_s = max((n_week + 1.0) / (lent_s * week / self.tr.horizon_s), 1e-8)
         resid = np.maximum(self.bw - self.res, MIN_RATE_BYTES_PER_S)[self.access]
         self.mean_bw_bytes_per_s = float(np.mean(resid))
+        self.reserve_fraction = RESERVE_FRACTION
+        if self.pol.reserve_quantile is not None:  # P3's β sized from the calibration week's research share
+            week_epochs = max(1, min(self.n_epochs, int(week // self.period_s)))
+            share = self.res[:, :week_epochs] / np.maximum(self.bw[:, :week_epochs], MIN_RATE_BYTES_PER_S)
+            self.reserve_fraction = float(np.clip(np.quantile(share, self.pol.reserve_quantile),
+                                                  RESERVE_FRACTION, 0.9))
         hours = ((np.arange(self.n_epochs) * self.period_s / 3600.0) % 24).astype(int)
         ev_h = ((self.rc_t[em] / 3600.0) % 24).astype(int)
         exp_h = np.bincount(hours, minlength=24) * self.period_s * self.n_nodes * lent_s / (
@@ -204,7 +212,7 @@ class Simulator(ControlMixin):
         self.seq = 0
         self.queue: list[int] = []
         self.epoch = 0
-        self.res_t = SimResult(self.pol.name, n_jobs=J)
+        self.res_t = SimResult(self.pol.name, n_jobs=J, reserve_fraction=self.reserve_fraction)
         self.B = self.bw[:, 0].copy()
         self.R = self.res[:, 0].copy()
         self.Bminus = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
@@ -240,6 +248,8 @@ class Simulator(ControlMixin):
         if run.size:
             d, s, p = self.delta[run], self.s[run], self.pos[run]
             self.res_t.running_gpu_s += float(np.sum(self.jg[run])) * dt
+            at_bound = d >= 2.0 * self.Lmax[run] * self.pol.loss_budget_scale * (1.0 - 1e-9)
+            self.res_t.budget_bound_gpu_s += float(np.sum(self.jg[run][at_bound])) * dt
             if self.lam_true is not None and self.pol.interval != "oracle":  # the oracle saves just in time
                 risk = risk_integral(self.prog[run] - self.durable[run], p, d, s, dt)
                 self.res_t.expected_lost_gpu_s += self.lam_now * float(np.sum(risk * self.jg[run]))

@@ -48,9 +48,11 @@ def _flow_index(flow_links: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def allocate(mode: str, avail_bytes_per_s: np.ndarray, research_bytes_per_s: np.ndarray,
              flow_links: list[np.ndarray], shaped_bytes_per_s: np.ndarray,
              writer_link: np.ndarray, writer_cap_bytes_per_s: np.ndarray, writer_duty: np.ndarray,
-             writer_ceil_bytes_per_s: np.ndarray | None = None) -> LinkUse:
+             writer_ceil_bytes_per_s: np.ndarray | None = None,
+             reserve_fraction: float = RESERVE_FRACTION) -> LinkUse:
     """Rates of flows (shaped rate, NaN = unadmitted) and pre-sync writers (link index, guaranteed rate
-    b_i (tcp: its line-rate demand), duty, and in p3 the ceil B_ckpt of its node's class)."""
+    b_i (tcp: its line-rate demand), duty, and in p3 the ceil B_ckpt of its node's class); under p3
+    research keeps min(R, reserve_fraction·B)."""
     n_l = avail_bytes_per_s.shape[0]
     b = avail_bytes_per_s
     r = np.minimum(research_bytes_per_s, b)
@@ -92,7 +94,7 @@ def allocate(mode: str, avail_bytes_per_s: np.ndarray, research_bytes_per_s: np.
         af_load = np.zeros(n_l)
         np.add.at(af_load, f_lnk, flow_rate[f_idx])
     # CS1 (pre-sync) may use everything but admitted migrations and research's reserve (HTB ceil)
-    reserve = np.minimum(r, RESERVE_FRACTION * b)
+    reserve = np.minimum(r, reserve_fraction * b)
     cs1 = np.maximum(0.0, b - af_load - reserve)
     ceil = np.full(wl.size, np.inf) if writer_ceil_bytes_per_s is None else writer_ceil_bytes_per_s
     cap = np.minimum(np.minimum(ceil, cs1[wl]), LINE_RATE_BYTES_PER_S)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 # interval modes: "p1" (Eq. 9 with λ⁺, B⁻), "fixed" (fixed_interval_s), "static" (Lemma 1 at trace-wide
 # means), "tv" (Lemma 1 at trace-wide hour-of-day means: Theorem 2's state-independent policy),
 # "informed" (P1 at the true λ(t) and bandwidth), "truth" (Lemma 1 at the true λ(t), B(t): Theorem 2's state-dependent reference),
+# "static-budget" (Lemma 1 at trace-wide means, then Eq. 9's clip: the loss budgets ReclaimNet honours),
 # "oracle" (no periodic checkpoints: one just-in-time checkpoint before each known reclaim), "local"
 # (P1 at the local disk speed, no pre-sync: the checkpoint never leaves the node).
 # destination modes: "p2", "first_fit", "random", "oracle", "same_node".
@@ -33,6 +34,9 @@ class Policy:
     # Eq. 9 plans with L_max · scale: 0.5 bounds Δ by L_max itself (every emergency loses ≤ Δ + C/b)
     # instead of 2·L_max (an expected loss of L_max); evaluation-only, not a SPEC §7 name
     loss_budget_scale: float = 1.0
+    # research reserve β of P3 (SPEC §4): 0.3, or if set, max(0.3, this quantile of the research share of
+    # each link over the trace's first (calibration) week): a campus sizing its reserve from its own logs
+    reserve_quantile: float | None = None
 
 
 RECLAIMNET = Policy("reclaimnet")
@@ -54,6 +58,12 @@ _NAMED: dict[str, Policy] = {
     "informed": Policy("informed", interval="informed"),
     # not in SPEC §7: ReclaimNet reading the loss budget as a bound on every emergency, not its mean
     "reclaimnet-strict": Policy("reclaimnet-strict", loss_budget_scale=0.5),
+    # not in SPEC §7: ReclaimNet with the research reserve sized from the calibration week's research share
+    "reclaimnet-reserve": Policy("reclaimnet-reserve", reserve_quantile=0.95),
+    # not in SPEC §7: static Young/Daly held to the same loss budgets (Eq. 9's clip), to separate what the
+    # budgets cost from what P1's adaptivity buys
+    "static-budget": Policy("static-budget", interval="static-budget", bandwidth_split="equal",
+                            destination="first_fit", traffic="tcp"),
 }
 
 POLICY_NAMES: tuple[str, ...] = (*_NAMED, "fixed:SECONDS")

@@ -40,6 +40,10 @@ class TraceError(ValueError):
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(f"{field_name}: {message}")
         self.field = field_name
+        self.message = message
+
+    def __reduce__(self) -> tuple:  # picklable, so a worker process can report it
+        return (type(self), (self.field, self.message))
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,8 @@ def _departures(nodes: dict[str, np.ndarray], cfg: GenConfig, rng: np.random.Gen
     out_node, out_t, out_notice, out_ret = [], [], [], []
     for i in range(n):
         wins = windows[i]
+        if wins and 0 < wins[0][0] <= 10.0:  # opens before a 10 s notice could end: lent from the start
+            wins[0][0] = 0.0
         if wins and wins[0][0] > 0:
             out_node.append(i)
             out_t.append(0.0)

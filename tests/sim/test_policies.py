@@ -9,7 +9,7 @@ from scheduler.sim.metrics import summarise
 from scheduler.sim.policies import ABLATIONS, get_policy
 from scheduler.sim.tracegen import GenConfig, generate
 
-ONLINE = ("reclaimnet", "reclaimnet-strict", "informed", "slurm-pr", "no-migration", "static", "random-dst", "no-admission", "tv-fixed",
+ONLINE = ("reclaimnet", "reclaimnet-strict", "reclaimnet-reserve", "informed", "slurm-pr", "static-budget", "no-migration", "static", "random-dst", "no-admission", "tv-fixed",
           "fixed:300", "fixed:3600", *(p.name for p in ABLATIONS))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,16 @@ def test_external_adapters_map_removals_to_reclaims() -> None:
     notice = tr.tables["reclaims"]["notice_s"][real]
     assert set(np.unique(notice == 0)) == {True, False}  # both emergencies and 30-120 s notices
     assert np.all((notice == 0) | ((notice >= 30) & (notice <= 120)))
+
+
+def test_generator_output_validates_when_a_node_is_lent_within_seconds_of_the_start() -> None:
+    # short owner periods make a first lending window open before the 10 s notice of the initial reclaim
+    # could end; this seed once wrote return_s < t_s + notice_s, which the trace loader rejects
+    cfg = GenConfig(days=14.0, seed=4, n_jobs=73, total_gpu_h=1141.0, departures=1581, lent_mean_h=23 / 8,
+                    owner_mean_h=69 / 8, drift_start_day=8.17, drift_days=1.63)
+    tr = generate(cfg)
+    rc = tr.tables["reclaims"]
+    ok = ~np.isfinite(rc["return_s"]) | (rc["return_s"] >= rc["t_s"] + rc["notice_s"])
+    assert ok.all()
+    pickled = pickle.loads(pickle.dumps(TraceError("reclaims.return_s", "must be >= t_s + notice_s")))
+    assert str(pickled) == "reclaims.return_s: must be >= t_s + notice_s" and pickled.field == "reclaims.return_s"
