@@ -7,9 +7,10 @@ events / shape-weighted exposure. Sparse nodes are shrunk toward their group and
 campus (Gamma-Poisson empirical Bayes: `prior_events` pseudo-events at the parent's rate), which also
 makes the upper bound λ⁺ (a Gamma posterior quantile) strictly positive. Drift: per group, a
 likelihood-ratio test for one change point inside the window; if it fires, only data after the change
-is used (a short window), otherwise the long window. The same test runs on the pooled campus: a
-campus-wide shift (the 1.7x step of SPEC §2) shows there with G times the events, and groups whose own
-test has not fired then use the campus change point. `make bench-drift` measures both sides of the
+is used (a short window), otherwise the long window. The same scan runs on the pooled campus: a
+campus-wide shift (the 1.7x step of SPEC §2) shows there with G times the events, and the groups whose
+own test has not fired use the campus change point if their pooled data confirm a change at that point
+(so one group's change alone does not cut the others' windows). `make bench-drift` measures both sides of the
 threshold: minutes to re-converge after a step, and how often a stationary hazard is cut short. The hour-of-day shape is learned only from buckets
 that have left the window (exponentially forgotten), so a level step is never mistaken for a diurnal
 bump of the current hour.
@@ -30,6 +31,9 @@ __all__ = ["BandwidthEstimator", "HazardEstimator", "adaptivity_gap"]
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
+
+
+CONFIRM_CHI2_1DF = 3.841  # 95% point of chi-square(1): a change at one given point, not a scan
 
 
 def _loglik(n: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -189,15 +193,23 @@ class HazardEstimator:
             best = np.argmax(lr, axis=0)
             fired = lr[best, np.arange(self.n_groups)] > self.change_threshold
             use = np.where(fired, best + 1, a)
-            if self.campus_change_test and self.n_groups > 1:
-                # the same test on the pooled campus: a campus-wide shift shows there first (G x the events)
+            quiet = ~fired
+            if self.campus_change_test and self.n_groups > 1 and quiet.any():
+                # the same scan on the pooled campus: a campus-wide shift shows there with G x the events.
+                # The groups whose own test did not fire take its change point only if their pooled data
+                # also shows a change there (a 1-df test at that one point), so a group that changed alone
+                # cannot cut the others' windows.
                 pn, px = cn.sum(axis=1), cx.sum(axis=1)
                 lr_c = 2.0 * (_loglik(pn[:-1], px[:-1]) + _loglik(pn[-1] - pn[:-1], px[-1] - px[:-1])
                               - _loglik(pn[-1:], px[-1:]))
                 lr_c[: max(self.min_short_buckets - 1, 0)] = -np.inf
                 k = int(np.argmax(lr_c))
                 if lr_c[k] > self.change_threshold:
-                    use = np.where(fired, use, k + 1)
+                    qn, qx = cn[:, quiet].sum(axis=1), cx[:, quiet].sum(axis=1)
+                    lr_q = 2.0 * (_loglik(qn[k], qx[k]) + _loglik(qn[-1] - qn[k], qx[-1] - qx[k])
+                                  - _loglik(qn[-1], qx[-1]))
+                    if lr_q > CONFIRM_CHI2_1DF:
+                        use = np.where(quiet, k + 1, use)
         in_window = np.arange(a)[:, None] < use[self.group][None, :]  # (A, n)
         n_i = (ev * in_window).sum(axis=0)
         x_i = (exw * in_window).sum(axis=0)

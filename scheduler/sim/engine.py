@@ -64,7 +64,7 @@ class SimResult:
     migration_bytes: float = 0.0
     running_gpu_s: float = 0.0
     reserve_fraction: float = 0.3  # P3's research reserve β this run used
-    budget_bound_gpu_s: float = 0.0  # running GPU-time with Δ ≥ 2·L_max (Eq. 9's upper bound reached or passed)
+    budget_bound_gpu_s: float = 0.0  # running GPU-time with a finite Δ ≥ 2·L_max (Eq. 9's upper bound reached or passed)
     expected_lost_gpu_s: float = 0.0  # ∫ λ_true(t)·(work at risk) dt: the loss's conditional expectation
 
 
@@ -165,7 +165,9 @@ class Simulator(ControlMixin):
         resid = np.maximum(self.bw - self.res, MIN_RATE_BYTES_PER_S)[self.access]
         self.mean_bw_bytes_per_s = float(np.mean(resid))
         self.reserve_fraction = RESERVE_FRACTION
-        if self.pol.reserve_quantile is not None:  # P3's β sized from the calibration week's research share
+        # P3's β sized from the calibration week's research share (one quantile over all links and epochs of
+        # that week; the evaluation then runs over the whole trace, that week included)
+        if self.pol.reserve_quantile is not None:
             week_epochs = max(1, min(self.n_epochs, int(week // self.period_s)))
             share = self.res[:, :week_epochs] / np.maximum(self.bw[:, :week_epochs], MIN_RATE_BYTES_PER_S)
             self.reserve_fraction = float(np.clip(np.quantile(share, self.pol.reserve_quantile),
@@ -248,7 +250,7 @@ class Simulator(ControlMixin):
         if run.size:
             d, s, p = self.delta[run], self.s[run], self.pos[run]
             self.res_t.running_gpu_s += float(np.sum(self.jg[run])) * dt
-            at_bound = d >= 2.0 * self.Lmax[run] * self.pol.loss_budget_scale * (1.0 - 1e-9)
+            at_bound = np.isfinite(d) & (d >= 2.0 * self.Lmax[run] * self.pol.loss_budget_scale * (1.0 - 1e-9))
             self.res_t.budget_bound_gpu_s += float(np.sum(self.jg[run][at_bound])) * dt
             if self.lam_true is not None and self.pol.interval != "oracle":  # the oracle saves just in time
                 risk = risk_integral(self.prog[run] - self.durable[run], p, d, s, dt)

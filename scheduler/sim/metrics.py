@@ -12,8 +12,9 @@ Definitions (stated in the report too):
 - traffic_degradation: research demand not served / research demand, over link-time carrying bulk
   traffic that competes with research (see `scheduler.sim.network`);
 - gpu_utilization: useful GPU-time (progress kept) / GPU-time from each job's first start to its end;
-- budget_bound_share: share of running GPU-time whose interval Δ is at or above 2·L_max (Eq. 9's upper
-  bound, so the loss budget and not the hazard sets the interval; oracle: never).
+- budget_bound_share: share of running GPU-time whose (finite) interval Δ is at or above 2·L_max: Eq. 9's
+  upper bound sets Δ, or (loss_budget_at_risk) its floor C/(βb) lies above it; either way not the hazard.
+  Policies that ignore budgets count where they plan past it; the oracle (no periodic checkpoints) never.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
         "fail_scheduled_over_budget": int(np.sum(moved & over & ~emergency)),
         "hazard_rel_error_median": None if np.isnan(err) else round(err, 4),
         "migrated_tb": round(r.migration_bytes / 1e12, 4),
-        # how often the loss budget, not the hazard, sets the interval: running GPU-time with Δ ≥ 2·L_max
         "reserve_fraction": round(r.reserve_fraction, 4),
+        # how often the loss budget, not the hazard, sets the interval: running GPU-time with Δ ≥ 2·L_max
         "budget_bound_share": round(r.budget_bound_gpu_s / r.running_gpu_s, 4) if r.running_gpu_s > 0 else 0.0,
         "exp_em_lost_gpu_h": round(r.expected_lost_gpu_s / 3600.0, 4)
         if r.hazard_true_per_s and r.expected_lost_gpu_s > 0 else None,

@@ -34,8 +34,9 @@ class Policy:
     # Eq. 9 plans with L_max · scale: 0.5 bounds Δ by L_max itself (every emergency loses ≤ Δ + C/b)
     # instead of 2·L_max (an expected loss of L_max); evaluation-only, not a SPEC §7 name
     loss_budget_scale: float = 1.0
-    # research reserve β of P3 (SPEC §4): 0.3, or if set, max(0.3, this quantile of the research share of
-    # each link over the trace's first (calibration) week): a campus sizing its reserve from its own logs
+    # research reserve β of P3 (SPEC §4): 0.3, or if set, max(0.3, this quantile of research's share of the
+    # link over all links and 10-minute samples of the first (calibration) week): a campus sizing its
+    # reserve from its own logs
     reserve_quantile: float | None = None
 
 

@@ -26,6 +26,7 @@ from scheduler.sim.trace import Trace, save, validate
 DAY_S = 86400.0
 EPOCH_S = 600.0
 MBIT = 1e6 / 8.0
+INITIAL_NOTICE_S = 10.0  # notice of the reclaim at t = 0 that marks a node not lent when the trace starts
 GPU_MIX = (  # (name, count, gpus per node, vram_gb, capability) — SPEC §6, plus one 3090 to make 54
     ("RTX3090", 21, 1, 24.0, 8.6), ("RTX4090", 15, 1, 24.0, 8.9),
     ("A100x4", 8, 4, 80.0, 8.0), ("A6000x2", 10, 2, 48.0, 8.6),
@@ -164,15 +165,22 @@ def _departures(nodes: dict[str, np.ndarray], cfg: GenConfig, rng: np.random.Gen
                         pw[1], pw[2], pw[3] = w[1], 0.0, 1.0
                         hit += 1
     _largest_burst(windows, bld, cfg.max_burst)
+    return _reclaim_rows(windows, nodes["id"])
+
+
+def _reclaim_rows(windows: list[list[list[float]]], node_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """SPEC §7 reclaim rows from per-node lending windows [start, end, notice, emergency]: each finite end
+    is a reclaim returning when the next window opens; a node whose first window opens after t = 0 is
+    reclaimed at 0 with INITIAL_NOTICE_S (or counts as lent from the start if it opens before that
+    notice could end, so no row ever returns before its deadline)."""
     out_node, out_t, out_notice, out_ret = [], [], [], []
-    for i in range(n):
-        wins = windows[i]
-        if wins and 0 < wins[0][0] <= 10.0:  # opens before a 10 s notice could end: lent from the start
+    for i, wins in enumerate(windows):
+        if wins and 0 < wins[0][0] <= INITIAL_NOTICE_S:
             wins[0][0] = 0.0
         if wins and wins[0][0] > 0:
             out_node.append(i)
             out_t.append(0.0)
-            out_notice.append(10.0)
+            out_notice.append(INITIAL_NOTICE_S)
             out_ret.append(wins[0][0])
         for k, w in enumerate(wins):
             if not np.isfinite(w[1]):
@@ -186,7 +194,7 @@ def _departures(nodes: dict[str, np.ndarray], cfg: GenConfig, rng: np.random.Gen
             out_ret.append(nxt)
     order = np.argsort(np.array(out_t), kind="stable")
     node_idx = np.array(out_node, dtype=int)[order]
-    return {"node": nodes["id"][node_idx], "t_s": np.array(out_t)[order],
+    return {"node": node_ids[node_idx], "t_s": np.array(out_t)[order],
             "notice_s": np.array(out_notice)[order], "return_s": np.array(out_ret)[order]}
 
 

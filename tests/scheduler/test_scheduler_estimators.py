@@ -142,6 +142,15 @@ def test_pooled_campus_test_catches_a_step_too_small_for_any_building_alone() ->
     assert alone.hazard_per_s(6 * 3600.0).mean() * 10 * 3600 < 0.6 * truth_per_building_h
 
 
+def test_a_step_in_one_building_does_not_cut_the_other_buildings_windows() -> None:
+    est = HazardEstimator(40, group_of=np.arange(40) % 4)
+    simulate(est, lambda t: np.where((np.arange(40) % 4 == 0) & (t >= 5 * 3600), 40.0, 1.0) / 3600, hours=6,
+             seed=5)
+    window_s = est.window_used_s(6 * 3600.0)
+    assert np.all(window_s[np.arange(40) % 4 == 0] <= 3600)  # building 0's own test finds its step
+    assert np.all(window_s[np.arange(40) % 4 != 0] > 5 * 3600)  # the pool of the others sees no change
+
+
 def test_pooled_test_is_faster_at_no_more_false_alarms_than_the_looser_per_building_test() -> None:
     # the trade-off `make bench-drift` reports, on fewer replicates (same seeds for both estimators)
     looser = {"campus_change_test": False, "change_threshold": 8.0}

@@ -154,6 +154,7 @@ def test_static_budget_clips_young_daly_to_twice_the_loss_budget() -> None:
     assert run.any() and np.allclose(held.delta[run], 2 * 900.0)
     assert summarise(held.res_t, tr.horizon_s)["budget_bound_share"] == pytest.approx(1.0)
     assert summarise(free.res_t, tr.horizon_s)["budget_bound_share"] == pytest.approx(1.0)  # it plans past it
+    assert summarise(simulate(tr, get_policy("oracle")), tr.horizon_s)["budget_bound_share"] == 0.0  # Δ = ∞
 
 
 def test_budget_bound_share_is_zero_when_the_hazard_sets_the_interval() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from scheduler.sim.trace import TraceError, from_rows, load, save, to_json_obj
-from scheduler.sim.tracegen import GenConfig, generate, statistics
+from scheduler.sim.tracegen import INITIAL_NOTICE_S, GenConfig, _reclaim_rows, generate, statistics
 
 from .helpers import poisson_trace
 
@@ -110,14 +110,18 @@ def test_external_adapters_map_removals_to_reclaims() -> None:
     assert np.all((notice == 0) | ((notice >= 30) & (notice <= 120)))
 
 
-def test_generator_output_validates_when_a_node_is_lent_within_seconds_of_the_start() -> None:
-    # short owner periods make a first lending window open before the 10 s notice of the initial reclaim
-    # could end; this seed once wrote return_s < t_s + notice_s, which the trace loader rejects
-    cfg = GenConfig(days=14.0, seed=4, n_jobs=73, total_gpu_h=1141.0, departures=1581, lent_mean_h=23 / 8,
-                    owner_mean_h=69 / 8, drift_start_day=8.17, drift_days=1.63)
-    tr = generate(cfg)
-    rc = tr.tables["reclaims"]
+def test_reclaim_rows_never_return_before_the_initial_notice_ends() -> None:
+    # node 0's first lending window opens 5 s in, inside the 10 s notice of the reclaim at t = 0 that marks
+    # it not lent; node 1's opens at 50 s. A return before the deadline is rejected by the trace loader.
+    windows = [[[5.0, 900.0, 0.0, 1.0]], [[50.0, np.inf, 0.0, 0.0]]]
+    rc = _reclaim_rows(windows, np.array(["n0", "n1"], dtype=object))
+    assert rc["node"].tolist() == ["n1", "n0"]  # n0: lent from the start, only its reclaim at 900 s
+    assert rc["t_s"].tolist() == [0.0, 900.0] and rc["notice_s"].tolist() == [INITIAL_NOTICE_S, 0.0]
+    assert rc["return_s"][0] == 50.0 and np.isnan(rc["return_s"][1])
     ok = ~np.isfinite(rc["return_s"]) | (rc["return_s"] >= rc["t_s"] + rc["notice_s"])
     assert ok.all()
+
+
+def test_trace_error_survives_pickling_for_worker_processes() -> None:
     pickled = pickle.loads(pickle.dumps(TraceError("reclaims.return_s", "must be >= t_s + notice_s")))
     assert str(pickled) == "reclaims.return_s: must be >= t_s + notice_s" and pickled.field == "reclaims.return_s"
