@@ -34,19 +34,27 @@ def _with_budget(tr, budget_s: float):
     return replace(tr, tables={**tr.tables, "jobs": jobs})
 
 
+def _rare_emergencies_budget_900s():
+    """Rare emergencies: Young/Daly's interval (hours) is far above both 2·L_max and L_max = 900 s."""
+    return _with_budget(poisson_trace(4, 3, 1e-6, 6 * 3600.0, 1e9, 1e8, seed=3), 900.0)
+
+
+def _planned_intervals(tr, policy: str) -> tuple[Simulator, np.ndarray]:
+    """Run `policy` on `tr`; the simulator and the last planned interval Δ of every job that ran."""
+    sim = Simulator(tr, get_policy(policy))
+    sim.run()
+    ran = np.isfinite(sim.delta) & (sim.delta > 0)
+    assert ran.any()
+    return sim, sim.delta[ran]
+
+
 def test_strict_variant_bounds_every_interval_by_the_loss_budget_not_twice_it() -> None:
-    # rare emergencies: Young/Daly's interval (hours) is far above both 2·L_max and L_max
-    tr = _with_budget(poisson_trace(4, 3, 1e-6, 6 * 3600.0, 1e9, 1e8, seed=3), 900.0)
-    plain = Simulator(tr, get_policy("reclaimnet"))
-    plain.run()
-    strict = Simulator(tr, get_policy("reclaimnet-strict"))
-    strict.run()
-    run = np.isfinite(plain.delta) & (plain.delta > 0)
-    assert run.any()
-    assert np.all(plain.delta[run] <= 2 * 900.0 + 1e-6)
-    assert np.any(plain.delta[run] > 900.0 + 1e-6)  # Eq. 9 alone lets Δ exceed L_max
-    run = np.isfinite(strict.delta) & (strict.delta > 0)
-    assert run.any() and np.all(strict.delta[run] <= 900.0 + 1e-6)
+    tr = _rare_emergencies_budget_900s()
+    _, plain = _planned_intervals(tr, "reclaimnet")
+    _, strict = _planned_intervals(tr, "reclaimnet-strict")
+    assert np.all(plain <= 2 * 900.0 + 1e-6)
+    assert np.any(plain > 900.0 + 1e-6)  # Eq. 9 alone lets Δ exceed L_max
+    assert np.all(strict <= 900.0 + 1e-6)
 
 
 def test_failure_breakdown_names_an_emergency_over_budget() -> None:
@@ -142,16 +150,12 @@ def test_report_ends_with_the_evaluate_line_and_marks_unmet_targets(tmp_path: Pa
 
 
 def test_static_budget_clips_young_daly_to_twice_the_loss_budget() -> None:
-    # rare emergencies: static Young/Daly plans hours; held to the budget it plans 2·L_max, P1's Eq. 9 bound
-    tr = _with_budget(poisson_trace(4, 3, 1e-6, 6 * 3600.0, 1e9, 1e8, seed=3), 900.0)
-    free = Simulator(tr, get_policy("static"))
-    free.run()
-    held = Simulator(tr, get_policy("static-budget"))
-    held.run()
-    run = np.isfinite(free.delta) & (free.delta > 0)
-    assert run.any() and np.all(free.delta[run] > 2 * 900.0)
-    run = np.isfinite(held.delta) & (held.delta > 0)
-    assert run.any() and np.allclose(held.delta[run], 2 * 900.0)
+    # static Young/Daly plans hours; held to the budget it plans 2·L_max, P1's Eq. 9 bound
+    tr = _rare_emergencies_budget_900s()
+    free, free_delta = _planned_intervals(tr, "static")
+    held, held_delta = _planned_intervals(tr, "static-budget")
+    assert np.all(free_delta > 2 * 900.0)
+    assert np.allclose(held_delta, 2 * 900.0)
     assert summarise(held.res_t, tr.horizon_s)["budget_bound_share"] == pytest.approx(1.0)
     assert summarise(free.res_t, tr.horizon_s)["budget_bound_share"] == pytest.approx(1.0)  # it plans past it
     assert summarise(simulate(tr, get_policy("oracle")), tr.horizon_s)["budget_bound_share"] == 0.0  # Δ = ∞
