@@ -10,9 +10,9 @@ likelihood-ratio test for one change point inside the window; if it fires, only 
 is used (a short window), otherwise the long window. The same scan runs on the pooled campus: a
 campus-wide shift (the 1.7x step of SPEC §2) shows there with G times the events, and the groups whose
 own test has not fired use the campus change point if their pooled data confirm a change at that point
-(so one group's change alone does not cut the others' windows). `make bench-drift` measures both sides of the
-threshold: minutes to re-converge after a step, and how often a stationary hazard is cut short. The hour-of-day shape is learned only from buckets
-that have left the window (exponentially forgotten), so a level step is never mistaken for a diurnal
+(so one group's change alone does not cut the others' windows). `make bench-drift` measures both sides
+of the threshold: minutes to re-converge after a step, and how often a stationary hazard is cut short.
+The hour-of-day shape is learned only from buckets that have left the window (exponentially forgotten), so a level step is never mistaken for a diurnal
 bump of the current hour.
 
 Bandwidth: an EWMA of the 100 ms samples with an exponentially weighted variance; the lower bound is
@@ -40,6 +40,13 @@ def _loglik(n: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Maximised Poisson log-likelihood n·log(n/x) - n (0 where n = 0)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(n > 0, n * np.log(n / np.maximum(x, 1e-300)) - n, 0.0)
+
+
+def _change_lr(cum_n: np.ndarray, cum_x: np.ndarray) -> np.ndarray:
+    """2 x log-likelihood ratio of one rate change after the newest k+1 buckets against none, for every k
+    (row k), from newest-first cumulative events and exposure (per column if 2-D)."""
+    tn, tx = cum_n[-1], cum_x[-1]
+    return 2.0 * (_loglik(cum_n[:-1], cum_x[:-1]) + _loglik(tn - cum_n[:-1], tx - cum_x[:-1]) - _loglik(tn, tx))
 
 
 class HazardEstimator:
@@ -186,10 +193,7 @@ class HazardEstimator:
             ng = np.asarray(self._onehot.T @ ev.T).T  # (A, G)
             xg = np.asarray(self._onehot.T @ exw.T).T
             cn, cx = np.cumsum(ng, axis=0), np.cumsum(xg, axis=0)
-            tn, tx = cn[-1], cx[-1]
-            lr = 2.0 * (_loglik(cn[:-1], cx[:-1]) + _loglik(tn - cn[:-1], tx - cx[:-1]) - _loglik(tn, tx))
-            # A newer segment shorter than min_short_s is too noisy to act on (false alarms).
-            lr[: max(self.min_short_buckets - 1, 0)] = -np.inf
+            lr = self._change_scan(cn, cx)
             best = np.argmax(lr, axis=0)
             fired = lr[best, np.arange(self.n_groups)] > self.change_threshold
             use = np.where(fired, best + 1, a)
@@ -199,15 +203,10 @@ class HazardEstimator:
                 # The groups whose own test did not fire take its change point only if their pooled data
                 # also shows a change there (a 1-df test at that one point), so a group that changed alone
                 # cannot cut the others' windows.
-                pn, px = cn.sum(axis=1), cx.sum(axis=1)
-                lr_c = 2.0 * (_loglik(pn[:-1], px[:-1]) + _loglik(pn[-1] - pn[:-1], px[-1] - px[:-1])
-                              - _loglik(pn[-1:], px[-1:]))
-                lr_c[: max(self.min_short_buckets - 1, 0)] = -np.inf
+                lr_c = self._change_scan(cn.sum(axis=1), cx.sum(axis=1))
                 k = int(np.argmax(lr_c))
                 if lr_c[k] > self.change_threshold:
-                    qn, qx = cn[:, quiet].sum(axis=1), cx[:, quiet].sum(axis=1)
-                    lr_q = 2.0 * (_loglik(qn[k], qx[k]) + _loglik(qn[-1] - qn[k], qx[-1] - qx[k])
-                                  - _loglik(qn[-1], qx[-1]))
+                    lr_q = _change_lr(cn[:, quiet].sum(axis=1), cx[:, quiet].sum(axis=1))[k]
                     if lr_q > CONFIRM_CHI2_1DF:
                         use = np.where(quiet, k + 1, use)
         in_window = np.arange(a)[:, None] < use[self.group][None, :]  # (A, n)
@@ -234,6 +233,13 @@ class HazardEstimator:
         }
         self._cache = (t_s, self._version, out)
         return out
+
+    def _change_scan(self, cum_n: np.ndarray, cum_x: np.ndarray) -> np.ndarray:
+        """`_change_lr` with change points that leave a newer segment shorter than min_short_s masked out:
+        so short a segment is too noisy to act on (false alarms)."""
+        lr = _change_lr(cum_n, cum_x)
+        lr[: max(self.min_short_buckets - 1, 0)] = -np.inf
+        return lr
 
     def hazard_per_s(self, t_s: float) -> np.ndarray:
         """Point estimate λ̂_i(t) per node (1/s)."""
