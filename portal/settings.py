@@ -82,8 +82,15 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Several processes (daphne, the in-process scheduler loop) share the file: wait instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # The embedded default takes concurrent writes (docs/design.md §8): WAL lets readers run beside the one
+    # writer; IMMEDIATE takes the write lock at BEGIN, so two transactions never deadlock upgrading a read lock
+    # (SQLite answers that with an immediate "database is locked", whatever the timeout); writers queue for up
+    # to ``timeout`` seconds instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    })
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -160,6 +167,10 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Beat also runs the outbox relay (portal/beat.py): requests and consumers never talk to the broker.
+CELERY_BEAT_SCHEDULER = "portal.beat:RelayingScheduler"
+# "celery" (REDIS_URL set) or "loop" (embedded default) unless set: "inline" relays in the committing thread.
+RECLAIMNET_OUTBOX_RELAY = env_str("RECLAIMNET_OUTBOX_RELAY", "")
 
 # --- ReclaimNet control-plane parameters (SPEC §2–§4) --------------------------------------------------------
 RECLAIMNET = {

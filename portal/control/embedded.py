@@ -1,13 +1,19 @@
 """The embedded default's control loop (``make demo``): no Redis, no Celery worker, no beat.
 
 With the in-memory channel layer, agent commands can only reach consumers of the same process, so the loop runs
-as an asyncio task inside the daphne process. It is started by the first agent connection, and only when Celery
-runs tasks eagerly (no REDIS_URL); with Redis, Celery beat drives the same ``control_tick``.
+as asyncio tasks inside the daphne process, started by the first agent connection, and only when Celery runs
+tasks eagerly (no REDIS_URL); with Redis, Celery beat drives the same ``control_tick`` and relays the outbox.
+
+Two tasks: the control tick every control period, and the outbox relay (docs/design.md §8), which runs queued
+task bodies here, after the request or consumer that queued them has committed and answered. It wakes as soon
+as this process commits work and polls every ``RELAY_POLL_S`` for rows other processes (management commands)
+wrote to the same SQLite file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from channels.db import database_sync_to_async
@@ -15,10 +21,12 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-_task: asyncio.Task[None] | None = None
+RELAY_POLL_S = 0.5
+
+_tasks: list[asyncio.Task[None]] = []
 
 
-async def _loop(period_s: float) -> None:
+async def _tick_loop(period_s: float) -> None:
     from portal.control.ticks import control_tick
 
     while True:
@@ -29,13 +37,45 @@ async def _loop(period_s: float) -> None:
         await asyncio.sleep(period_s)
 
 
+def _relay_batch() -> int:
+    from portal.core import outbox
+
+    sent, failed = outbox.relay_once(outbox.run_in_process)
+    return sent + failed
+
+
+async def _relay_loop() -> None:
+    from portal.core import outbox
+
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def on_commit() -> None:  # called from whichever thread committed
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            loop.call_soon_threadsafe(wake.set)
+
+    outbox.add_wake_listener(on_commit)
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), RELAY_POLL_S)
+        wake.clear()
+        try:
+            while await database_sync_to_async(_relay_batch)():
+                pass  # tasks may queue more work: relay until nothing is due
+        except Exception:
+            log.exception("outbox relay failed")
+
+
 def ensure_started() -> None:
-    """Start the in-process loop once (embedded default only). Must be called from the event loop."""
-    global _task
+    """Start the in-process loops once (embedded default only). Must be called from the event loop."""
     if not getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) or getattr(settings, "RECLAIMNET_NO_LOOP", False):
         return
-    if _task is not None and not _task.done():
+    if _tasks and not any(task.done() for task in _tasks):
         return
+    for task in _tasks:
+        task.cancel()
+    _tasks.clear()
     period_s = float(settings.RECLAIMNET["CONTROL_PERIOD_S"])
-    _task = asyncio.get_running_loop().create_task(_loop(period_s))
-    log.info("embedded control loop started (period %.1f s)", period_s)
+    loop = asyncio.get_running_loop()
+    _tasks.extend([loop.create_task(_tick_loop(period_s)), loop.create_task(_relay_loop())])
+    log.info("embedded control loop and outbox relay started (period %.1f s)", period_s)

@@ -47,11 +47,13 @@ from portal.control.workflow import (
     publish_after_commit,
     runtime,
 )
+from portal.core import outbox
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import BandwidthSample, Checkpoint, Gpu, Job, Node
+from portal.core.outbox import Task
 from portal.core.services.nodes import node_for_agent_token
 
 log = logging.getLogger(__name__)
@@ -141,11 +143,8 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
         lost = [j for j in placed - reported
                 if Job.objects.filter(pk=j, state=JobState.RUNNING).exists()]
         if lost:
-            from portal.control.tasks import (
-                recover_lost_jobs,
-            )
 
-            transaction.on_commit(lambda: recover_lost_jobs.delay(node_id, sorted(lost)))
+            outbox.enqueue(Task.RECOVER_LOST_JOBS, node_id, sorted(lost))
     node.refresh_from_db()
     return {"type": "welcome", "node_id": node_id,
             "heartbeat_interval_s": settings.RECLAIMNET["HEARTBEAT_INTERVAL_S"],
@@ -187,7 +186,6 @@ def heartbeat(node_id: int, msg: Heartbeat) -> None:
 
 def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:
     """A checkpoint was completed on this node: record it, pre-sync it, or let a waiting migration move on."""
-    from portal.control.tasks import advance_migration, presync_checkpoint
 
     job = _job_on_node(node_id, msg["job_id"])
     compat = msg["compat"]
@@ -216,10 +214,10 @@ def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:
                 restore_sequence=existing.sequence, checkpointed_at=timezone.now())
             Checkpoint.objects.filter(pk=existing.pk).update(completed_at=timezone.now())
             mig_id = work.migration_id
-            transaction.on_commit(lambda: advance_migration.delay(mig_id))
+            outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)
             return
     if job.state == JobState.RUNNING:
-        transaction.on_commit(lambda: presync_checkpoint.delay(ckpt_id))
+        outbox.enqueue(Task.PRESYNC_CHECKPOINT, ckpt_id)
 
 
 def _transfer_for(node_id: int, transfer_id: str, role: str) -> Transfer:
@@ -234,7 +232,6 @@ def _transfer_for(node_id: int, transfer_id: str, role: str) -> Transfer:
 
 def transfer_received(node_id: int, msg: TransferReceived) -> None:
     """The receiver verified the sha256: the checkpoint has a replica here; a migration may start."""
-    from portal.control.tasks import advance_migration
 
     transfer = _transfer_for(node_id, msg["transfer_id"], "destination")
     ckpt = transfer.checkpoint
@@ -255,12 +252,11 @@ def transfer_received(node_id: int, msg: TransferReceived) -> None:
         commands.send(node_id, "drop_checkpoints", job_id=transfer.job_id, keep_from=ckpt.sequence - 1)
     if transfer.migration_id is not None:
         mig_id = transfer.migration_id
-        transaction.on_commit(lambda: advance_migration.delay(mig_id))
+        outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)
 
 
 def transfer_sent(node_id: int, msg: TransferSent) -> None:
     """The sender's report (attempts, errors); a failed planned/emergency copy sends its migration on."""
-    from portal.control.tasks import advance_migration
 
     transfer = _transfer_for(node_id, msg["transfer_id"], "source")
     errors = [str(e)[:200] for e in msg["errors"][:10]]
@@ -272,7 +268,7 @@ def transfer_sent(node_id: int, msg: TransferSent) -> None:
         state=TransferState.FAILED, finished_at=timezone.now())
     if updated and transfer.migration_id is not None:
         mig_id = transfer.migration_id
-        transaction.on_commit(lambda: advance_migration.delay(mig_id))
+        outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)
 
 
 def transfer_rejected(node_id: int, msg: TransferRejected) -> None:
@@ -283,7 +279,6 @@ def transfer_rejected(node_id: int, msg: TransferRejected) -> None:
 
 def job_started(node_id: int, msg: JobStarted) -> None:
     """The agent started the job: queued/migrating → running; a migration in its last phase is done."""
-    from portal.control.tasks import release_reclaims
 
     job = _job_on_node(node_id, msg["job_id"])
     job = Job.objects.select_for_update().get(pk=job.pk)
@@ -292,7 +287,7 @@ def job_started(node_id: int, msg: JobStarted) -> None:
     work = finish_started(job, node_id)
     publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state, node_id=node_id)
     if work is not None:
-        transaction.on_commit(lambda: release_reclaims.delay())
+        outbox.enqueue(Task.RELEASE_RECLAIMS)
 
 
 def job_exited(node_id: int, msg: JobExited) -> None:

@@ -25,6 +25,7 @@ from portal.control.workflow import (
     recover_from_replica,
     rn,
 )
+from portal.core import outbox
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.jobs import JobState
@@ -38,6 +39,7 @@ from portal.core.models import (
     ReclaimKind,
     ReclaimOutcome,
 )
+from portal.core.outbox import Task
 from scheduler.p2 import select_destination
 from scheduler.p3 import DSCP, P3Flows, admit_flows_on_paths
 
@@ -113,8 +115,6 @@ def _fail_transfers_of(node_pk: int) -> None:
 def _fail_transfers(which: Q) -> int:
     """Fail the issued transfers matching ``which`` (each once, conditional UPDATE) and let their migrations
     advance after commit: a failed transfer sends the migration to degraded recovery from the replica."""
-    from portal.control.tasks import advance_migration
-
     failed_count = 0
     for transfer_pk, mig_id in Transfer.objects.filter(which, state=TransferState.ISSUED).values_list(
         "pk", "migration_id"
@@ -123,7 +123,7 @@ def _fail_transfers(which: Q) -> int:
             state=TransferState.FAILED, finished_at=timezone.now())
         failed_count += failed
         if failed and mig_id is not None:
-            transaction.on_commit(lambda m=mig_id: advance_migration.delay(m))
+            outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)
     return failed_count
 
 
@@ -161,6 +161,7 @@ def _plan_scheduled(reclaim: ReclaimEvent) -> str:
     now = timezone.now()
     tau = max(0.0, (reclaim.deadline_at - now).total_seconds())
     commands.send(node.pk, "reclaim_notice", reclaim_id=reclaim.pk, deadline_in_s=tau)
+    outbox.enqueue(Task.ENFORCE_DEADLINE, reclaim.pk, delay_s=tau + 0.05)
     _set_outcome(reclaim, ReclaimOutcome.DRAINING)
     jobs = [j for j in _jobs_on(node.pk) if j.state == JobState.RUNNING]
     if not jobs:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from django.db import connection
 from django.utils import timezone
 
 from portal.control.models import AgentSession, MigrationPhase, MigrationWork
@@ -27,6 +28,8 @@ from portal.core.models import (
 )
 from scheduler.p2 import P2Decision, P2Request
 from scheduler.topology import CampusTree
+
+ALLOCATION_LOCK_KEY = 0x52434C41  # "RCLA": one transaction at a time hands out GPUs and link bandwidth
 
 PRIOR_HAZARD_PER_S = 1 / 3600.0  # one emergency reclaim per lent hour until the estimator has data
 
@@ -112,8 +115,21 @@ def hazard_profiles(node_pks: list[int]) -> np.ndarray:
     return out
 
 
+def lock_allocation() -> None:
+    """Serialise the transactions that hand out GPUs and link bandwidth (placements, migration destinations)
+    across every worker process and host: each reads free capacity and then claims it, and two of them
+    interleaved would hand the same GPU out twice. PostgreSQL: a transaction-scoped advisory lock (re-entrant,
+    released at commit or rollback); SQLite's IMMEDIATE write transactions are serialised already."""
+    if connection.vendor == "postgresql" and connection.in_atomic_block:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [ALLOCATION_LOCK_KEY])
+
+
 def load_campus() -> Campus:
-    """Snapshot the tree, link bandwidths (lower confidence bound, else capacity) and node availability."""
+    """Snapshot the tree, link bandwidths (lower confidence bound, else capacity) and node availability.
+
+    Inside a transaction this takes the allocation lock first, so the snapshot stays true until commit."""
+    lock_allocation()
     now = timezone.localtime(timezone.now())
     links = list(Link.objects.select_related("upper", "lower_switch", "node").order_by("pk"))
     nodes = list(Node.objects.filter(access_link__isnull=False).prefetch_related("gpus").order_by("pk"))

@@ -10,14 +10,15 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.conf import settings
 from django.db import OperationalError, transaction
 
 from portal.control import commands, ticks, workflow
 from portal.control import reclaims as reclaim_flow
+from portal.control.state import lock_allocation
 from portal.core.lifecycle.base import ConcurrentTransition
 from portal.core.lifecycle.jobs import JobState
 from portal.core.models import Job, Placement
+from portal.core.outbox import Task
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +38,30 @@ def control_tick() -> dict[str, int]:
     return ticks.control_tick()
 
 
-@shared_task(name="control.place_job", ignore_result=True, **RETRY)
+@shared_task(name=Task.PLACE_JOB, ignore_result=True, **RETRY)
 def place_job(job_id: int) -> str:
     return ticks.place_job(job_id)
 
 
-@shared_task(name="control.run_reclaim", ignore_result=True, **RETRY)
+@shared_task(name=Task.RUN_RECLAIM, ignore_result=True, **RETRY)
 def run_reclaim(reclaim_id: int) -> str:
-    """Plan a reclaim once; for scheduled ones also arm the deadline (the tick re-checks it too)."""
-    result = reclaim_flow.run_reclaim(reclaim_id)
-    if not settings.CELERY_TASK_ALWAYS_EAGER:
-        from portal.core.models import ReclaimEvent
-
-        reclaim = ReclaimEvent.objects.filter(pk=reclaim_id).values_list("kind", "notice_s").first()
-        if reclaim is not None and reclaim[0] == "scheduled":
-            enforce_deadline.apply_async((reclaim_id,), countdown=float(reclaim[1]) + 0.05)
-    return result
-
-
-@shared_task(name="control.enforce_deadline", ignore_result=True, **RETRY)
-def enforce_deadline(reclaim_id: int) -> str:
-    return reclaim_flow.enforce_deadline(reclaim_id)
-
-
-@shared_task(name="control.advance_migration", ignore_result=True, **RETRY)
-def advance_migration(migration_id: int) -> str:
-    result = workflow.advance(migration_id)
+    """Plan a reclaim once; a scheduled one also queues its deadline (durable in the outbox; the tick
+    re-checks due deadlines too)."""
     with transaction.atomic():
+        lock_allocation()
+        return reclaim_flow.run_reclaim(reclaim_id)
+
+
+@shared_task(name=Task.ENFORCE_DEADLINE, ignore_result=True, **RETRY)
+def enforce_deadline(reclaim_id: int) -> str:
+    return reclaim_flow.enforce_deadline(reclaim_id)  # sends the kill-switch before its own transaction
+
+
+@shared_task(name=Task.ADVANCE_MIGRATION, ignore_result=True, **RETRY)
+def advance_migration(migration_id: int) -> str:
+    with transaction.atomic():
+        lock_allocation()
+        result = workflow.advance(migration_id)
         for reclaim_id in _open_scheduled_reclaims():
             reclaim_flow.release(reclaim_id)
     return result
@@ -76,17 +74,17 @@ def _open_scheduled_reclaims() -> list[int]:
                                             work__planned_at__isnull=False).values_list("pk", flat=True))
 
 
-@shared_task(name="control.release_reclaims", ignore_result=True, **RETRY)
+@shared_task(name=Task.RELEASE_RECLAIMS, ignore_result=True, **RETRY)
 def release_reclaims() -> None:
     ticks.release_finished()
 
 
-@shared_task(name="control.presync_checkpoint", ignore_result=True, **RETRY)
+@shared_task(name=Task.PRESYNC_CHECKPOINT, ignore_result=True, **RETRY)
 def presync_checkpoint(checkpoint_id: int) -> str:
     return ticks.presync(checkpoint_id)
 
 
-@shared_task(name="control.recover_lost_jobs", ignore_result=True, **RETRY)
+@shared_task(name=Task.RECOVER_LOST_JOBS, ignore_result=True, **RETRY)
 def recover_lost_jobs(node_id: int, job_ids: list[int]) -> int:
     """The agent came back without jobs the portal placed on it (it restarted): recover them from replicas."""
     recovered = 0
@@ -100,7 +98,7 @@ def recover_lost_jobs(node_id: int, job_ids: list[int]) -> int:
     return recovered
 
 
-@shared_task(name="control.stop_cancelled_job", ignore_result=True, **RETRY)
+@shared_task(name=Task.STOP_CANCELLED_JOB, ignore_result=True, **RETRY)
 def stop_cancelled_job(job_id: int) -> bool:
     """A cancelled job is stopped on the node of its latest placement."""
     placement = Placement.objects.filter(job_id=job_id).order_by("-started_at", "-id").first()
@@ -111,7 +109,7 @@ def stop_cancelled_job(job_id: int) -> bool:
     return True
 
 
-@shared_task(name="control.node_lent_again", ignore_result=True, **RETRY)
+@shared_task(name=Task.NODE_LENT_AGAIN, ignore_result=True, **RETRY)
 def node_lent_again(node_id: int) -> None:
     """Lift the agent's kill-switch; the node comes online at its next heartbeat."""
     with transaction.atomic():

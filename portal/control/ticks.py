@@ -14,9 +14,16 @@ from django.utils import timezone
 
 from portal.control import commands
 from portal.control.estimates import update_estimates
-from portal.control.models import JobRuntime, MigrationPhase, MigrationWork, TransferPurpose
+from portal.control.models import (
+    JobRuntime,
+    MigrationPhase,
+    MigrationWork,
+    Transfer,
+    TransferPurpose,
+    TransferState,
+)
 from portal.control.reclaims import enforce_deadline, expire_transfers, node_lost, release
-from portal.control.state import build_p2, freshest_replica, live_nodes, load_campus, p2_view
+from portal.control.state import build_p2, freshest_replica, live_nodes, load_campus, lock_allocation, p2_view
 from portal.control.workflow import (
     ckpt_bytes_of,
     issue_transfer,
@@ -171,6 +178,7 @@ def place_job(job_id: int) -> str:
     survival over its remaining runtime (ties: smallest id). Idempotent: a job with an open placement or a
     migration on its way is left alone."""
     with transaction.atomic():
+        lock_allocation()  # before the job's row lock: every allocating transaction takes the two in this order
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state != JobState.QUEUED or Placement.objects.filter(job=job, ended_at__isnull=True).exists():
             return "not placeable"
@@ -264,6 +272,9 @@ def presync(checkpoint_id: int) -> str:
         newer = Checkpoint.objects.filter(job=job, sequence__gt=ckpt.sequence).exists()
         if newer:
             return "superseded"
+        if Transfer.objects.filter(checkpoint=ckpt, purpose=TransferPurpose.PRESYNC).exclude(
+                state=TransferState.FAILED).exists():
+            return "already issued"  # a second delivery of this task
         live = live_nodes() - {ckpt.node_id}
         rt = runtime(job)
         candidates = list(Node.objects.filter(pk__in=live, state__in=[NodeState.ONLINE])

@@ -185,3 +185,19 @@ class AuditLogAdmin(AppendOnlyAdmin):
     list_filter = ["action", "object_type"]
     search_fields = ["actor__username", "action", "object_id"]
     readonly_fields = ["at"]
+
+
+@admin.register(m.OutboxMessage)
+class OutboxMessageAdmin(AppendOnlyAdmin):
+    """Work queued for the control plane: pending rows show what a broker outage is holding back."""
+
+    list_display = ["id", "task_name", "args", "created_at", "available_at", "attempts", "sent_at", "last_error"]
+    list_filter = ["task_name"]
+    search_fields = ["task_name", "message_id"]
+
+
+@admin.register(m.IdempotencyKey)
+class IdempotencyKeyAdmin(AppendOnlyAdmin):
+    list_display = ["key", "user", "scope", "response_status", "created_at"]
+    search_fields = ["key", "user__username"]
+    list_select_related = ["user"]

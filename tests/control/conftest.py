@@ -23,13 +23,15 @@ def django_db_modify_db_settings() -> None:
 
 @pytest.fixture(autouse=True)
 def in_process(settings: Any) -> Iterator[None]:
-    """In-memory channel layer and eager Celery (these tests are about the portal logic, not Redis)."""
+    """In-memory channel layer, eager Celery and an inline outbox relay (these tests are about the portal
+    logic, not Redis)."""
     from portal.celery import app
 
     old = app.conf.task_always_eager  # read before the settings change (app.conf reads settings lazily)
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     settings.CELERY_TASK_ALWAYS_EAGER = True
     settings.RECLAIMNET_NO_LOOP = True  # tests call control_tick themselves
+    settings.RECLAIMNET_OUTBOX_RELAY = "inline"  # queued work runs right after the commit that queued it
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = old

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.utils import timezone
 
-from portal.control import dispatch
+from portal.core import outbox
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.models import (
     Building,
@@ -116,7 +116,8 @@ def make_checkpoint(job: Job, node: Node, *, sequence: int = 1, size_bytes: int 
 
 @dataclass
 class DispatchSpy:
-    """Records calls to the control-plane hooks (portal.control.dispatch) instead of running them."""
+    """Records what the outbox hands to the control plane after commit (task name, first argument), instead
+    of running it."""
 
     calls: list[tuple[str, int]] = field(default_factory=list)
 
@@ -125,10 +126,13 @@ class DispatchSpy:
 
 
 def install_dispatch_spy(monkeypatch: pytest.MonkeyPatch) -> DispatchSpy:
-    """Replace every hook in ``portal.control.dispatch`` with a recorder; returns the recorder."""
+    """Relay the outbox right after each commit (``inline``) to a recorder; returns the recorder."""
+    from django.conf import settings
+
     spy = DispatchSpy()
-    for name in ("on_job_submitted", "on_job_cancelled", "on_reclaim_requested", "on_node_lent_again"):
-        monkeypatch.setattr(dispatch, name, lambda obj_id, _name=name: spy.calls.append((_name, obj_id)))
+    monkeypatch.setattr(settings, "RECLAIMNET_OUTBOX_RELAY", "inline", raising=False)
+    monkeypatch.setattr(outbox, "run_in_process",
+                        lambda message: spy.calls.append((message.task_name, (message.args or [None])[0])))
     return spy
 
 

@@ -82,7 +82,7 @@ def test_request_reclaim_kinds(start: str, notice_s: float, killswitch: bool, ki
     assert (event.kind, node.state, node.killswitch_engaged) == (kind, end, killswitch)
     assert event.requested_by == world.users["provider"]
     assert event.deadline_at - event.requested_at < dt.timedelta(seconds=notice_s + 5)
-    assert dispatch_spy.calls == [("on_reclaim_requested", event.pk)]
+    assert dispatch_spy.calls == [("control.run_reclaim", event.pk)]
 
 
 @pytest.mark.django_db
@@ -127,7 +127,7 @@ def test_lend_again_clears_killswitch_and_dispatches(world: World, dispatch_spy:
         node_services.lend_again(world.node, world.users["provider"])
     node = Node.objects.get(pk=world.node.pk)
     assert (node.state, node.killswitch_engaged) == ("offline", False)
-    assert dispatch_spy.names() == ["on_reclaim_requested", "on_node_lent_again"]
+    assert dispatch_spy.names() == ["control.run_reclaim", "control.node_lent_again"]
 
 
 @pytest.mark.django_db
@@ -139,7 +139,7 @@ def test_submit_and_cancel_job_dispatch_after_commit(world: World, dispatch_spy:
                                       gpu_count=2, expected_runtime_s=60, ckpt_bytes_estimate=10**6)
     assert dispatch_spy.calls == [] and len(callbacks) == 1  # nothing before commit
     callbacks[0]()
-    assert dispatch_spy.calls == [("on_job_submitted", job.pk)]
+    assert dispatch_spy.calls == [("control.place_job", job.pk)]
     f.place_job(job, world.node, [0, 1])
     with django_capture_on_commit_callbacks(execute=True):
         job_services.cancel_job(job, researcher)
@@ -147,7 +147,7 @@ def test_submit_and_cancel_job_dispatch_after_commit(world: World, dispatch_spy:
     assert job.state == "cancelled" and job.finished_at is not None
     placement = Placement.objects.get(job=job)
     assert placement.ended_at is not None and placement.end_reason == "cancelled"
-    assert dispatch_spy.calls[-1] == ("on_job_cancelled", job.pk)
+    assert dispatch_spy.calls[-1] == ("control.stop_cancelled_job", job.pk)
     with pytest.raises(InvalidTransition):
         job_services.cancel_job(job, researcher)
 

@@ -42,7 +42,12 @@ def test_reclaims_by_hour_splits_scheduled_and_emergency(history: dict[str, int]
     assert len(table.rows) == 24
     scheduled = sum(r[1] for r in table.rows)
     emergency = sum(r[2] for r in table.rows)
-    assert scheduled + emergency == history["reclaims"] and emergency > 0
+    assert scheduled + emergency == history["reclaims"]
+    # Which kinds fall in the window depends on the time of day the history is generated at; the split must
+    # match the rows whatever it is.
+    from portal.core.models import ReclaimEvent
+
+    assert emergency == ReclaimEvent.objects.filter(kind__in=dashboard.EMERGENCY_KINDS).count()
 
 
 def test_migration_table_matches_rows(history: dict[str, int]) -> None:

@@ -51,7 +51,7 @@ def test_job_submission_goes_through_the_service(
     assert job.group == campus.group and job.owner == campus.users["researcher"]
     assert job.gpu_count == 2 and job.ckpt_bytes_estimate == 3_200_000_000
     assert job.expected_runtime_s == 6 * 3600 and job.loss_budget_s == 1800
-    assert dispatch_spy.calls == [("on_job_submitted", job.pk)]
+    assert dispatch_spy.calls == [("control.place_job", job.pk)]
 
 
 def test_cancel_job(client_as: Callable[[str | None], Client], campus: Campus) -> None:
@@ -145,7 +145,7 @@ def test_scheduled_reclaim_through_the_service(
     reclaim = ReclaimEvent.objects.get(node=campus.node)
     assert reclaim.kind == "scheduled" and reclaim.notice_s == 120
     assert reclaim.requested_by == campus.users["provider"]
-    assert dispatch_spy.calls == [("on_reclaim_requested", reclaim.pk)]
+    assert dispatch_spy.calls == [("control.run_reclaim", reclaim.pk)]
 
 
 @pytest.mark.parametrize(("path", "kind"), [("emergency", "emergency"), ("killswitch", "killswitch")])

@@ -15,6 +15,8 @@ from rest_framework.response import Response
 
 from portal.core import permissions
 from portal.core.api import serializers as s
+from portal.core.api.idempotency import PARAMETER as IDEMPOTENCY_KEY
+from portal.core.api.idempotency import idempotent
 from portal.core.api.mixins import ServiceErrorsMixin
 from portal.core.models import Job, ResearchGroup
 from portal.core.services import jobs as job_services
@@ -46,7 +48,8 @@ class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
             queryset = queryset.filter(group_id=int(params["group"]))
         return queryset
 
-    @extend_schema(request=s.JobSubmitSerializer, responses={201: s.JobSerializer})
+    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=s.JobSubmitSerializer, responses={201: s.JobSerializer})
+    @idempotent
     def create(self, request: Request) -> Response:
         """Submit a job; it is charged to ``group`` and queued for placement."""
         user = request.user
@@ -61,8 +64,9 @@ class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         job = job_services.submit_job(user, group=group, **data)
         return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses=s.JobSerializer)
+    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses=s.JobSerializer)
     @action(detail=True, methods=["post"])
+    @idempotent
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = job_services.cancel_job(self.get_object(), request.user)
         return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data)

@@ -15,6 +15,8 @@ from rest_framework.response import Response
 
 from portal.core import permissions
 from portal.core.api import serializers as s
+from portal.core.api.idempotency import PARAMETER as IDEMPOTENCY_KEY
+from portal.core.api.idempotency import idempotent
 from portal.core.api.mixins import ServiceErrorsMixin
 from portal.core.models import Node, Provider
 from portal.core.services import nodes as node_services
@@ -58,7 +60,8 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     def _reload(self, node: Node) -> Node:
         return self.get_queryset().get(pk=node.pk)
 
-    @extend_schema(request=s.NodeRegisterSerializer, responses={201: s.NodeRegisteredSerializer})
+    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=s.NodeRegisterSerializer, responses={201: s.NodeRegisteredSerializer})
+    @idempotent
     def create(self, request: Request) -> Response:
         """Register a node; the response carries its agent token, shown this once only."""
         user = request.user
@@ -105,8 +108,9 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         windows = node.lending_windows.all().order_by("weekday", "start_time")
         return Response({"windows": s.LendingWindowSerializer(windows, many=True).data})
 
-    @extend_schema(request=s.ReclaimRequestSerializer, responses={201: s.ReclaimEventSerializer})
+    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=s.ReclaimRequestSerializer, responses={201: s.ReclaimEventSerializer})
     @action(detail=True, methods=["post"])
+    @idempotent
     def reclaim(self, request: Request, pk: str | None = None) -> Response:
         """Take the node back with ``notice_s`` seconds of notice (0 = emergency)."""
         node = self.get_object()
@@ -115,22 +119,25 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         event = reclaim_services.request_reclaim(node, request.user, serializer.validated_data["notice_s"])
         return Response(s.ReclaimEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={201: s.ReclaimEventSerializer})
+    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses={201: s.ReclaimEventSerializer})
     @action(detail=True, methods=["post"], url_path="emergency-reclaim")
+    @idempotent
     def emergency_reclaim(self, request: Request, pk: str | None = None) -> Response:
         """Take the node back now (τ = 0); jobs resume from their freshest pre-synced checkpoint."""
         event = reclaim_services.emergency_reclaim(self.get_object(), request.user)
         return Response(s.ReclaimEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={201: s.ReclaimEventSerializer})
+    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses={201: s.ReclaimEventSerializer})
     @action(detail=True, methods=["post"])
+    @idempotent
     def killswitch(self, request: Request, pk: str | None = None) -> Response:
         """Stop the node taking new work at once (the agent drops new connections at its edge)."""
         event = reclaim_services.engage_killswitch(self.get_object(), request.user)
         return Response(s.ReclaimEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses=s.NodeSerializer)
+    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses=s.NodeSerializer)
     @action(detail=True, methods=["post"], url_path="lend-again")
+    @idempotent
     def lend_again(self, request: Request, pk: str | None = None) -> Response:
         node = node_services.lend_again(self.get_object(), request.user)
         return Response(s.NodeSerializer(self._reload(node)).data)

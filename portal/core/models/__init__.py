@@ -5,6 +5,7 @@ from portal.core.models.campus import Building, Link, Switch
 from portal.core.models.jobs import Checkpoint, Job, Placement, PriorityClass
 from portal.core.models.logs import AuditLog, DecisionLog
 from portal.core.models.nodes import Gpu, LendingWindow, Node
+from portal.core.models.outbox import IdempotencyKey, OutboxMessage
 from portal.core.models.reclaims import Migration, MigrationMode, ReclaimEvent, ReclaimKind, ReclaimOutcome
 from portal.core.models.telemetry import BandwidthSample, HazardEstimate, HazardScope, LinkEstimate
 
@@ -17,6 +18,7 @@ __all__ = [
     "Gpu",
     "HazardEstimate",
     "HazardScope",
+    "IdempotencyKey",
     "Job",
     "LendingWindow",
     "Link",
@@ -24,6 +26,7 @@ __all__ = [
     "Migration",
     "MigrationMode",
     "Node",
+    "OutboxMessage",
     "Placement",
     "PriorityClass",
     "Provider",

@@ -13,8 +13,9 @@ Conventions for every function below:
   (rules in ``portal.core.permissions``).
 - A state change the lifecycle refuses raises ``portal.core.lifecycle.InvalidTransition`` (or
   ``ConcurrentTransition`` if another worker won the race); nothing is changed in either case.
-- Everything runs in ``transaction.atomic``, writes one ``AuditLog`` row, and calls the control-plane hook in
-  ``portal.control.dispatch`` only after commit (``transaction.on_commit``).
+- Everything runs in ``transaction.atomic``, writes one ``AuditLog`` row, and queues control-plane work with
+  ``portal.core.outbox.enqueue`` in the same transaction (the outbox hands it over after commit; nothing here
+  calls a Celery task or talks to the broker).
 
 ``portal.core.services.nodes`` (SPEC §1 providers, nodes, lending windows)
     register_node(actor, *, provider, building, name, gpus, gpu_floor=0, access_link_bytes_per_s=125e6,
@@ -30,7 +31,7 @@ Conventions for every function below:
     revoke_agent_token(node, actor) -> None          no token works until the next rotation.
     node_for_agent_token(raw_token) -> Node | None   agent authentication (revoked or unknown -> None).
     lend_again(node, actor) -> Node                  reclaimed -> offline; clears the kill-switch;
-                                                     after commit: dispatch.on_node_lent_again(node.id).
+                                                     queues control.node_lent_again(node.id).
     retire_node(node, actor) -> Node
 
 ``portal.core.services.reclaims`` (SPEC §1 reclaim kinds, seed 001 warn -> drain -> force)
@@ -38,8 +39,8 @@ Conventions for every function below:
         notice_s > 0: scheduled (online node -> draining; a node with nothing to drain -> reclaimed);
         notice_s == 0: emergency (-> reclaimed); killswitch=True: kill-switch (-> reclaimed and
         ``Node.killswitch_engaged = True``; allowed on an already reclaimed node, which only engages the flag).
-        Creates the ReclaimEvent (deadline = now + notice). After commit:
-        dispatch.on_reclaim_requested(reclaim.id).
+        Creates the ReclaimEvent (deadline = now + notice). Queues
+        control.run_reclaim(reclaim.id).
     emergency_reclaim(node, actor) -> ReclaimEvent   request_reclaim(node, actor, 0)
     engage_killswitch(node, actor) -> ReclaimEvent   request_reclaim(node, actor, 0, killswitch=True)
 
@@ -47,10 +48,10 @@ Conventions for every function below:
     submit_job(actor, *, group, name, gpu_count, expected_runtime_s, ckpt_bytes_estimate, command="",
                image="", vram_gb_per_gpu=0, min_capability=0, framework="", loss_budget_s=None,
                restart_s=30, priority_class="standard") -> Job
-        State ``queued``; after commit: dispatch.on_job_submitted(job.id).
+        State ``queued``; queues control.place_job(job.id).
     cancel_job(job, actor) -> Job
         Lifecycle cancel; closes the open placement (``end_reason="cancelled"``, so the control plane finds
-        the node to stop it on as the job's latest placement); after commit: dispatch.on_job_cancelled(job.id).
+        the node to stop it on as the job's latest placement); queues control.stop_cancelled_job(job.id).
 
 ``portal.core.services.gpu_catalogue``
     GPU_CATALOGUE: dict[str, GpuSpec]                canonical model name -> GpuSpec(vram_gb, capability)

@@ -9,8 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from portal.control import dispatch
-from portal.core import permissions
+from portal.core import outbox, permissions
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.models import Job, PriorityClass, ResearchGroup
 from portal.core.services._validate import fail, integer, number, text
@@ -72,8 +71,7 @@ def submit_job(
             ckpt_bytes_estimate=ckpt, loss_budget_s=budget, restart_s=restart, priority_class=priority_class,
         )
         audit(actor, "job.submit", job, group=group.slug, gpus=gpu_count)
-        job_id = job.pk
-        transaction.on_commit(lambda: dispatch.on_job_submitted(job_id))
+        outbox.enqueue(outbox.Task.PLACE_JOB, job.pk)
     return job
 
 
@@ -83,7 +81,7 @@ def cancel_job(job: Job, actor: Any) -> Job:
     1. Check the actor belongs to the job's group (or is an admin).
     2. Lock the job row, move it to ``cancelled`` (``InvalidTransition`` if it already finished).
     3. Close the open placement with ``end_reason="cancelled"`` (the node to stop it on).
-    4. After commit: ``dispatch.on_job_cancelled(job.id)``.
+    4. Queue ``control.stop_cancelled_job`` in the same transaction (the outbox).
     """
     if actor is not None and not permissions.can_cancel_job(actor, job):
         raise PermissionDenied("Only members of the job's research group (or an admin) may cancel it.")
@@ -92,6 +90,5 @@ def cancel_job(job: Job, actor: Any) -> Job:
         job_lifecycle.cancel(job)
         job.placements.filter(ended_at__isnull=True).update(ended_at=timezone.now(), end_reason="cancelled")
         audit(actor, "job.cancel", job)
-        job_id = job.pk
-        transaction.on_commit(lambda: dispatch.on_job_cancelled(job_id))
+        outbox.enqueue(outbox.Task.STOP_CANCELLED_JOB, job.pk)
     return job

@@ -10,8 +10,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from portal.control import dispatch
-from portal.core import permissions
+from portal.core import outbox, permissions
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.models import Building, Gpu, LendingWindow, Link, Node, Provider, Switch
 from portal.core.models.nodes import hash_agent_token, new_agent_token
@@ -220,8 +219,7 @@ def lend_again(node: Node, actor: Any) -> Node:
         node = Node.objects.select_for_update().get(pk=node.pk)
         node_lifecycle.lend_again(node)
         audit(actor, "node.lend_again", node)
-        node_id = node.pk
-        transaction.on_commit(lambda: dispatch.on_node_lent_again(node_id))
+        outbox.enqueue(outbox.Task.NODE_LENT_AGAIN, node.pk)
     return node
 
 

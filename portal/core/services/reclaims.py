@@ -12,8 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from portal.control import dispatch
-from portal.core import permissions
+from portal.core import outbox, permissions
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.base import InvalidTransition
 from portal.core.lifecycle.nodes import NodeState
@@ -33,7 +32,7 @@ def request_reclaim(node: Node, actor: Any, notice_s: float, *, killswitch: bool
        and forces at the deadline); anything else → reclaimed at once. A kill-switch also sets
        ``killswitch_engaged``, and on an already reclaimed node only sets that flag.
     4. Create the ReclaimEvent (deadline = now + notice) and the audit row.
-    5. After commit, hand the event to the control plane (``dispatch.on_reclaim_requested``).
+    5. Queue ``control.run_reclaim`` in the same transaction (the outbox hands it over after commit).
     Refused transitions raise ``InvalidTransition`` and change nothing.
     """
     notice_s = number("notice_s", notice_s, minimum=0.0, maximum=MAX_NOTICE_S)
@@ -70,8 +69,7 @@ def request_reclaim(node: Node, actor: Any, notice_s: float, *, killswitch: bool
             deadline_at=now + dt.timedelta(seconds=notice_s),
         )
         audit(actor, f"node.reclaim.{kind}", node, reclaim=event.pk, notice_s=notice_s)
-        event_id = event.pk
-        transaction.on_commit(lambda: dispatch.on_reclaim_requested(event_id))
+        outbox.enqueue(outbox.Task.RUN_RECLAIM, event.pk)
     return event
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from portal.web.access import is_admin, is_provider_member, is_researcher
 
@@ -84,3 +87,10 @@ def nav_roles(request: Any) -> dict[str, Any]:
         "researcher": is_researcher(user),
         "current": SECTIONS.get(match.url_name if match else "", ""),
     }
+
+
+@register.simple_tag
+def submit_token() -> SafeString:
+    """A one-time token for a POST form (``portal.web.views.common.submit_once``): a double submit or a
+    browser retry of this form does its work once."""
+    return format_html('<input type="hidden" name="submit_token" value="{}">', secrets.token_urlsafe(18))

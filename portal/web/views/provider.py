@@ -36,7 +36,7 @@ from portal.web.forms import (
     apply_service_errors,
     windows_from_formset,
 )
-from portal.web.views.common import render_page
+from portal.web.views.common import render_page, submit_once
 
 LIFECYCLE_ERRORS = (InvalidTransition, ConcurrentTransition)
 DEFAULT_NOTICE_S = 120
@@ -152,16 +152,27 @@ def register_node(request: HttpRequest) -> HttpResponse:
     _require_provider(request)
     providers = user_providers(request.user)
     form = RegisterNodeForm(request.POST or None, providers=providers)
-    if request.method == "POST" and form.is_valid():
-        try:
-            node, token = node_services.register_node(request.user, **form.service_kwargs())
-        except ValidationError as exc:
-            apply_service_errors(form, exc, {"gpus": "gpu_model", "access_link_bytes_per_s": "access_link_mbit_s"})
-        except PermissionDenied:
-            form.add_error("provider", "You are not a member of this lab.")
-        else:
-            return _token_page(request, node, token, registered=True)
-    return render(request, "web/provider/register.html", {"form": form}, status=400 if form.errors else 200)
+    registered: list[Node] = []
+
+    def register() -> HttpResponse:
+        if form.is_valid():
+            try:
+                node, token = node_services.register_node(request.user, **form.service_kwargs())
+            except ValidationError as exc:
+                apply_service_errors(form, exc, {"gpus": "gpu_model",
+                                                 "access_link_bytes_per_s": "access_link_mbit_s"})
+            except PermissionDenied:
+                form.add_error("provider", "You are not a member of this lab.")
+            else:
+                registered.append(node)
+                return _token_page(request, node, token, registered=True)
+        return render(request, "web/provider/register.html", {"form": form}, status=400 if form.errors else 200)
+
+    if request.method == "POST":
+        # A second send of the form leads to the node's page: its token is shown once, on the first answer.
+        return submit_once(request, register,
+                           lambda _: reverse("web:node-detail", kwargs={"node_id": registered[0].pk}))
+    return render(request, "web/provider/register.html", {"form": form})
 
 
 def _token_page(request: HttpRequest, node: Node, token: str, registered: bool) -> HttpResponse:
@@ -306,6 +317,10 @@ def killswitch(request: HttpRequest, node_id: int) -> HttpResponse:
 
 
 def _do_reclaim(request: HttpRequest, node: Node, action: Any) -> HttpResponse:
+    return submit_once(request, lambda: _reclaim_once(request, node, action))
+
+
+def _reclaim_once(request: HttpRequest, node: Node, action: Any) -> HttpResponse:
     try:
         reclaim = action()
     except PermissionDenied as exc:
@@ -340,13 +355,17 @@ def _dialog_with_errors(request: HttpRequest, node: Node, **forms: Any) -> HttpR
 @require_POST
 def lend_again(request: HttpRequest, node_id: int) -> HttpResponse:
     node = _node(request, node_id)
-    try:
-        node_services.lend_again(node, request.user)
-    except PermissionDenied as exc:
-        raise Http404 from exc
-    except LIFECYCLE_ERRORS:
-        messages.error(request, f"{node.name} is not reclaimed; nothing to lend again.")
-    else:
-        messages.success(request, f"{node.name} is lent again; it comes online when its agent says hello.")
-    return redirect("web:node-detail", node_id=node.pk)
+
+    def lend() -> HttpResponse:
+        try:
+            node_services.lend_again(node, request.user)
+        except PermissionDenied as exc:
+            raise Http404 from exc
+        except LIFECYCLE_ERRORS:
+            messages.error(request, f"{node.name} is not reclaimed; nothing to lend again.")
+        else:
+            messages.success(request, f"{node.name} is lent again; it comes online when its agent says hello.")
+        return redirect("web:node-detail", node_id=node.pk)
+
+    return submit_once(request, lend)
 

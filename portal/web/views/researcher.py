@@ -24,7 +24,7 @@ from portal.core.models import DecisionLog, Job
 from portal.core.services import jobs as job_services
 from portal.web.access import is_admin, is_researcher, jobs_for, user_groups
 from portal.web.forms import JobForm, apply_service_errors
-from portal.web.views.common import render_page
+from portal.web.views.common import render_page, submit_once
 
 
 def _require_researcher(request: HttpRequest) -> None:
@@ -59,18 +59,23 @@ def job_submit(request: HttpRequest) -> HttpResponse:
     _require_researcher(request)
     groups = user_groups(request.user)
     form = JobForm(request.POST or None, groups=groups)
-    if request.method == "POST" and form.is_valid():
-        try:
-            job = job_services.submit_job(request.user, **form.service_kwargs())
-        except ValidationError as exc:
-            apply_service_errors(form, exc, JobForm.SERVICE_FIELDS)
-        except PermissionDenied:
-            form.add_error("group", "You are not a member of this group.")
-        else:
-            messages.success(request, f"Job {job.name} submitted; it is queued for a GPU.")
-            return redirect("web:job-detail", job_id=job.pk)
-    status = 400 if form.errors else 200
-    return render(request, "web/researcher/submit.html", {"form": form}, status=status)
+
+    def submit() -> HttpResponse:
+        if form.is_valid():
+            try:
+                job = job_services.submit_job(request.user, **form.service_kwargs())
+            except ValidationError as exc:
+                apply_service_errors(form, exc, JobForm.SERVICE_FIELDS)
+            except PermissionDenied:
+                form.add_error("group", "You are not a member of this group.")
+            else:
+                messages.success(request, f"Job {job.name} submitted; it is queued for a GPU.")
+                return redirect("web:job-detail", job_id=job.pk)
+        return render(request, "web/researcher/submit.html", {"form": form}, status=400 if form.errors else 200)
+
+    if request.method == "POST":
+        return submit_once(request, submit)
+    return render(request, "web/researcher/submit.html", {"form": form})
 
 
 @dataclass
@@ -189,12 +194,16 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job(request, job_id)
-    try:
-        job_services.cancel_job(job, request.user)
-    except PermissionDenied as exc:
-        raise Http404 from exc
-    except (InvalidTransition, ConcurrentTransition):
-        messages.error(request, f"Job {job.name} is {job.get_state_display()} and can no longer be cancelled.")
-    else:
-        messages.success(request, f"Job {job.name} cancelled.")
-    return redirect("web:job-detail", job_id=job.pk)
+
+    def cancel() -> HttpResponse:
+        try:
+            job_services.cancel_job(job, request.user)
+        except PermissionDenied as exc:
+            raise Http404 from exc
+        except (InvalidTransition, ConcurrentTransition):
+            messages.error(request, f"Job {job.name} is {job.get_state_display()} and can no longer be cancelled.")
+        else:
+            messages.success(request, f"Job {job.name} cancelled.")
+        return redirect("web:job-detail", job_id=job.pk)
+
+    return submit_once(request, cancel)

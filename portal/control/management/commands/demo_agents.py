@@ -88,7 +88,6 @@ class Command(BaseCommand):
     def _submit(self, n_jobs: int) -> None:
         from django.contrib.auth import get_user_model
 
-        from portal.control import dispatch
         from portal.core.services.jobs import submit_job
 
         user = get_user_model().objects.filter(username="researcher").first()
@@ -101,7 +100,7 @@ class Command(BaseCommand):
 
         live = Job.objects.filter(name__startswith="demo-numpy-").exclude(state__in=TERMINAL).count()
         for k in range(live, n_jobs):
-            with dispatch.paused():  # placed by the control loop inside daphne (see portal.control.embedded)
-                job = submit_job(user, group=group, name=f"demo-numpy-{k + 1}", gpu_count=1, expected_runtime_s=1000,
-                                 ckpt_bytes_estimate=2_000_000, command=DEMO_JOB, loss_budget_s=5, restart_s=2)
+            # Queued in the outbox; the control loop inside daphne relays and places it.
+            job = submit_job(user, group=group, name=f"demo-numpy-{k + 1}", gpu_count=1, expected_runtime_s=1000,
+                             ckpt_bytes_estimate=2_000_000, command=DEMO_JOB, loss_budget_s=5, restart_s=2)
             self.stdout.write(f"queued demo job #{job.pk} ({job.name})")

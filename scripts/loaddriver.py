@@ -1,0 +1,807 @@
+"""Load driver for a running portal: concurrent mixed writes (``writes``) and read latencies (``reads``).
+
+Standard library only (threads + http.client), so it runs against any portal from any checkout. Used by
+``tests/load`` (imported as a module) and from the command line:
+
+    python scripts/loaddriver.py writes --base http://127.0.0.1:8000 --total 1000 --clients 6 \
+        --credentials '{"admin": {"username": "admin", "password": "reclaimnet-demo"},
+                        "researchers": [{"username": "researcher", "password": "reclaimnet-demo"}],
+                        "providers": [{"username": "provider", "password": "reclaimnet-demo"}]}'
+    python scripts/loaddriver.py reads --base http://127.0.0.1:8000 --clients 4 --duration 20 --credentials FILE
+
+``--credentials`` is the JSON itself or the path of a file holding it. The last line printed is the summary:
+``writes: N requests, E server errors, D replay mismatches`` or ``load: N requests, E errors, p50 A ms, p99 B ms``;
+the exit status is 1 when it reports any server error, replay mismatch or (reads) error.
+
+Writes. Clients are threads; client ``i`` is a researcher when ``i % 3 == 0`` and a provider otherwise (so 6
+clients are 2 researchers and 4 providers and the six kinds of write come out roughly even), each logged in both
+with an API token (``POST /api/auth/token/``) and with a browser session (the ``/accounts/login/`` form). Several
+clients may share one user.
+
+- researchers: submit a job (``POST /api/jobs/`` or the ``/jobs/new/`` form) and cancel one of the jobs this
+  client submitted (``POST /api/jobs/{id}/cancel/`` or ``/jobs/<id>/cancel/``), half and half;
+- providers: reclaim one of their lab's nodes (API scheduled ``/api/nodes/{id}/reclaim/``, API
+  ``/emergency-reclaim/`` or the web ``/provider/nodes/<id>/reclaim/emergency/``), lend one again (API
+  ``/lend-again/`` or web ``/provider/nodes/<id>/lend-again/``), register a node (``POST /api/nodes/``) and change
+  node settings (``PATCH /api/nodes/{id}/`` or the web ``/provider/nodes/<id>/settings/`` form), a quarter each.
+
+Every API create (jobs, nodes, reclaims) carries a fresh ``Idempotency-Key``; about 10 % are sent a second time
+with the same key and body (a client retry) and the retry must answer the same status and JSON body, else it is
+a replay mismatch (not checked when the first answer was a server error). A web job submit carries the form's
+hidden ``submit_token`` when the form has one, and then about 10 % are posted twice. Every job and node gets a
+unique name ``load-<run>-<client>-<n>`` so duplicates can be counted afterwards by name. Answers 400/409 are
+what concurrency produces (reclaiming a node another client just reclaimed) and are only counted; 5xx answers
+and connection errors are server errors.
+
+The ``messages`` cookie (Django's flash messages) is not sent back: redirects are not followed, and a browser
+that never showed them would otherwise grow the cookie (then the session) with every write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import http.client
+import json
+import random
+import re
+import sys
+import threading
+import time
+import uuid
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+TIMEOUT_S = 120.0
+RETRY_SHARE = 0.10
+SAMPLES = 12
+JOB_COMMAND = "python examples/train_numpy.py --steps 40 --step-sleep 0.05"
+GPU_MODELS = ["RTX 3090", "RTX 4090", "A100", "RTX A6000"]
+_ID_IN_PATH = re.compile(r"/(\d+)/?$")
+
+
+# --- HTTP ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    status: int  # 0 = no answer (connection error or timeout)
+    headers: dict[str, str]
+    body: bytes
+    error: str = ""
+    ms: float = 0.0
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body or b"null")
+        except ValueError:
+            return None
+
+    @property
+    def location(self) -> str:
+        return self.headers.get("location", "")
+
+
+class Http:
+    """One keep-alive connection with a cookie jar (one per client thread; not thread-safe)."""
+
+    def __init__(self, base_url: str, timeout_s: float = TIMEOUT_S) -> None:
+        parts = urlsplit(base_url)
+        self.base_url = base_url.rstrip("/")
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.https = parts.scheme == "https"
+        self.timeout_s = timeout_s
+        self.cookies: dict[str, str] = {}
+        self.headers: dict[str, str] = {}
+        self.last_levels: list[int] = []  # levels of the flash messages the last answer set (25 ok, 40 error)
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+            self._conn = cls(self.host, self.port, timeout=self.timeout_s)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> Answer:
+        all_headers = {"Host": f"{self.host}:{self.port}", "Accept": "application/json, text/html", **self.headers,
+                       **(headers or {})}
+        if self.cookies:
+            all_headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        self.last_levels = []
+        started = time.perf_counter()
+        try:
+            conn = self._connection()
+            conn.request(method, path, body=body, headers=all_headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            return Answer(0, {}, b"", f"{type(exc).__name__}: {exc}", (time.perf_counter() - started) * 1000.0)
+        for name, value in resp.getheaders():
+            if name.lower() == "set-cookie":
+                self._keep_cookie(value)
+        if resp.getheader("connection", "").lower() == "close":
+            self.close()
+        return Answer(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data, "",
+                      (time.perf_counter() - started) * 1000.0)
+
+    def _keep_cookie(self, header: str) -> None:
+        pair, _, attrs = header.partition(";")
+        name, _, value = pair.strip().partition("=")
+        if name == "messages":
+            self.last_levels = _message_levels(value)
+            return  # not kept: see the module docstring
+        expired = "max-age=0" in attrs.lower().replace(" ", "") or (value in ("", '""'))
+        if expired:
+            self.cookies.pop(name, None)
+        else:
+            self.cookies[name] = value
+
+    def get(self, path: str) -> Answer:
+        return self.request("GET", path)
+
+    def post_json(self, path: str, payload: Any, headers: dict[str, str] | None = None,
+                  method: str = "POST") -> Answer:
+        return self.request(method, path, json.dumps(payload).encode(),
+                            {"Content-Type": "application/json", **(headers or {})})
+
+    def post_form(self, path: str, fields: list[tuple[str, str]] | dict[str, str]) -> Answer:
+        """A browser form POST: CSRF token from the cookie when the fields carry none, Referer = the base URL."""
+        items = list(fields.items()) if isinstance(fields, dict) else list(fields)
+        if not any(k == "csrfmiddlewaretoken" for k, _ in items) and "csrftoken" in self.cookies:
+            items.append(("csrfmiddlewaretoken", self.cookies["csrftoken"]))
+        return self.request("POST", path, urlencode(items).encode(), {
+            "Content-Type": "application/x-www-form-urlencoded", "Referer": self.base_url + "/",
+        })
+
+
+def _message_levels(cookie: str) -> list[int]:
+    """The levels of the messages in Django's signed ``messages`` cookie
+    (``[.]base64(json)[:timestamp]:signature``; a leading dot means zlib-compressed)."""
+    try:
+        payload = cookie.strip('"').split(":", 1)[0]
+        compressed = payload.startswith(".")
+        payload = payload.lstrip(".")
+        raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+        messages = json.loads(zlib.decompress(raw) if compressed else raw)
+        return [int(m[2]) for m in messages if isinstance(m, list) and len(m) > 2 and m[0] == "__json_message"]
+    except (ValueError, TypeError, zlib.error, IndexError):
+        return []
+
+
+# --- HTML forms ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Form:
+    action: str
+    method: str
+    fields: list[tuple[str, str]] = field(default_factory=list)
+
+    def names(self) -> set[str]:
+        return {k for k, _ in self.fields}
+
+    def with_values(self, values: dict[str, str]) -> list[tuple[str, str]]:
+        """The form's own values (hidden fields, defaults) with ``values`` replacing or adding fields."""
+        out = [(k, values.get(k, v)) for k, v in self.fields]
+        out += [(k, v) for k, v in values.items() if k not in self.names()]
+        return out
+
+
+class _FormParser(HTMLParser):
+    """Every ``<form>`` of a page with the values a browser would submit by default."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.forms: list[Form] = []
+        self._form: Form | None = None
+        self._select: tuple[str, list[tuple[str, bool]]] | None = None
+        self._option: list[Any] | None = None
+        self._textarea: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: (v or "") for k, v in attrs}
+        if tag == "form":
+            self._form = Form(a.get("action", ""), a.get("method", "get").lower())
+            self.forms.append(self._form)
+        elif self._form is None:
+            return
+        elif tag == "input" and a.get("name"):
+            kind = a.get("type", "text").lower()
+            if kind in ("submit", "button", "image", "reset", "file"):
+                return
+            if kind in ("checkbox", "radio") and "checked" not in a:
+                return
+            self._form.fields.append((a["name"], a.get("value", "on" if kind == "checkbox" else "")))
+        elif tag == "select" and a.get("name"):
+            self._select = (a["name"], [])
+        elif tag == "option" and self._select is not None:
+            self._option = [a.get("value"), "selected" in a, ""]
+        elif tag == "textarea" and a.get("name"):
+            self._textarea = [a["name"], ""]
+
+    def handle_data(self, data: str) -> None:
+        if self._option is not None:
+            self._option[2] += data
+        if self._textarea is not None:
+            self._textarea[1] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "option" and self._option is not None and self._select is not None:
+            value = self._option[0] if self._option[0] is not None else self._option[2].strip()
+            self._select[1].append((value, self._option[1]))
+            self._option = None
+        elif tag == "select" and self._select is not None and self._form is not None:
+            name, options = self._select
+            chosen = next((v for v, sel in options if sel), options[0][0] if options else "")
+            self._form.fields.append((name, chosen))
+            self._select = None
+        elif tag == "textarea" and self._textarea is not None and self._form is not None:
+            self._form.fields.append((self._textarea[0], self._textarea[1]))
+            self._textarea = None
+        elif tag == "form":
+            self._form = None
+
+
+def parse_forms(html: bytes | str) -> list[Form]:
+    parser = _FormParser()
+    parser.feed(html.decode("utf-8", "replace") if isinstance(html, bytes) else html)
+    return parser.forms
+
+
+# --- logging in --------------------------------------------------------------------------------------------------
+
+
+class LoginError(RuntimeError):
+    pass
+
+
+def api_login(http: Http, username: str, password: str, record: Any = None, attempts: int = 5) -> str:
+    """``POST /api/auth/token/``; sets ``Authorization: Token <key>`` on ``http`` and returns the key."""
+    last = ""
+    for attempt in range(attempts):
+        ans = http.post_json("/api/auth/token/", {"username": username, "password": password})
+        if record:
+            record("api_login", "POST", "/api/auth/token/", ans)
+        body = ans.json()
+        if ans.status == 200 and isinstance(body, dict) and body.get("token"):
+            http.headers["Authorization"] = f"Token {body['token']}"
+            return str(body["token"])
+        last = f"{ans.status} {ans.error or ans.body[:200]!r}"
+        if ans.status and ans.status < 500:
+            break
+        time.sleep(0.2 * (attempt + 1))
+    raise LoginError(f"API login of {username} failed: {last}")
+
+
+def web_login(http: Http, username: str, password: str, record: Any = None, attempts: int = 5) -> None:
+    """The session login form: GET it for the CSRF cookie and token, POST the credentials with a Referer."""
+    last = ""
+    for attempt in range(attempts):
+        page = http.get("/accounts/login/")
+        if record:
+            record("web_login_form", "GET", "/accounts/login/", page)
+        forms = [f for f in parse_forms(page.body) if "csrfmiddlewaretoken" in f.names()] if page.status == 200 else []
+        if forms:
+            ans = http.post_form("/accounts/login/", forms[0].with_values({"username": username,
+                                                                            "password": password}))
+            if record:
+                record("web_login", "POST", "/accounts/login/", ans)
+            if ans.status == 302 and "sessionid" in http.cookies:
+                return
+            last = f"{ans.status} {ans.error or ans.body[:200]!r}"
+            if ans.status and ans.status < 500:
+                break
+        else:
+            last = f"login page {page.status} {page.error}"
+        time.sleep(0.2 * (attempt + 1))
+    raise LoginError(f"web login of {username} failed: {last}")
+
+
+# --- results -----------------------------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100.0 * (len(ordered) - 1)))]
+
+
+@dataclass
+class WriteResult:
+    run: str = ""
+    writes: int = 0  # logical writes performed (a retried create counts once)
+    requests: int = 0  # every HTTP request sent, logins, form GETs and retries included
+    statuses: Counter[int] = field(default_factory=Counter)
+    by_op: dict[str, Counter[int]] = field(default_factory=dict)
+    web_outcomes: Counter[str] = field(default_factory=Counter)  # "web_cancel ok", "web_lend_again refused"
+    server_errors: int = 0
+    samples: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # jobs and nodes the portal said it created
+    attempted_names: list[str] = field(default_factory=list)
+    retries: int = 0  # API creates sent twice with one Idempotency-Key
+    double_posts: int = 0  # web submits posted twice with one submit_token
+    replay_mismatches: int = 0
+    mismatch_samples: list[str] = field(default_factory=list)
+    skipped_double_posts: int = 0  # the form had no submit_token: not double-posted
+    elapsed_s: float = 0.0
+    client_failures: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)  # of every request
+
+    def percentile(self, q: float) -> float:
+        return _percentile(self.latencies_ms, q)
+
+    def summary(self) -> str:
+        return (f"writes: {self.requests} requests, {self.server_errors} server errors, "
+                f"{self.replay_mismatches} replay mismatches")
+
+    def report(self) -> str:
+        lines = [self.summary(),
+                 f"  run {self.run}: {self.writes} writes in {self.elapsed_s:.1f} s, {self.retries} API retries, "
+                 f"{self.double_posts} web double posts ({self.skipped_double_posts} skipped: no submit_token); "
+                 f"latency p50 {self.percentile(50):.0f} ms, p99 {self.percentile(99):.0f} ms, "
+                 f"max {max(self.latencies_ms, default=0):.0f} ms",
+                 "  statuses: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.statuses.items()))]
+        for op, counts in sorted(self.by_op.items()):
+            lines.append(f"  {op}: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+        if self.web_outcomes:
+            lines.append("  web redirects: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.web_outcomes.items())))
+        lines += [f"  server error: {s}" for s in self.samples]
+        lines += [f"  replay mismatch: {s}" for s in self.mismatch_samples]
+        lines += [f"  client failed: {s}" for s in self.client_failures]
+        return "\n".join(lines)
+
+
+@dataclass
+class ReadResult:
+    requests: int = 0
+    errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    samples: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        return _percentile(self.latencies_ms, q)
+
+    @property
+    def p50_ms(self) -> float:
+        return self.percentile(50)
+
+    @property
+    def p99_ms(self) -> float:
+        return self.percentile(99)
+
+    def summary(self) -> str:
+        return (f"load: {self.requests} requests, {self.errors} errors, p50 {self.p50_ms:.0f} ms, "
+                f"p99 {self.p99_ms:.0f} ms")
+
+
+class _Recorder:
+    """Thread-safe accumulation into a WriteResult."""
+
+    def __init__(self, result: WriteResult) -> None:
+        self.result = result
+        self.lock = threading.Lock()
+
+    def __call__(self, op: str, method: str, path: str, ans: Answer) -> None:
+        with self.lock:
+            r = self.result
+            r.requests += 1
+            r.latencies_ms.append(ans.ms)
+            r.statuses[ans.status] += 1
+            r.by_op.setdefault(op, Counter())[ans.status] += 1
+            if ans.status == 0 or ans.status >= 500:
+                r.server_errors += 1
+                if len(r.samples) < SAMPLES:
+                    text = ans.error or ans.body[:300].decode("utf-8", "replace")
+                    r.samples.append(f"{method} {path} {ans.status} {' '.join(text.split())}")
+
+    def outcome(self, op: str, ans: Answer, http: Http) -> None:
+        """What a web write's redirect meant, from its flash message: ok (success) or refused (error)."""
+        if ans.status not in (301, 302, 303):
+            return
+        levels = http.last_levels
+        what = "refused" if any(lv >= 40 for lv in levels) else "ok" if levels else "no message"
+        with self.lock:
+            self.result.web_outcomes[f"{op} {what}"] += 1
+
+    def write(self) -> None:
+        with self.lock:
+            self.result.writes += 1
+
+    def created(self, name: str) -> None:
+        with self.lock:
+            self.result.names.append(name)
+
+    def attempted(self, name: str) -> None:
+        with self.lock:
+            self.result.attempted_names.append(name)
+
+    def count(self, attr: str) -> None:
+        with self.lock:
+            setattr(self.result, attr, getattr(self.result, attr) + 1)
+
+    def mismatch(self, text: str) -> None:
+        with self.lock:
+            self.result.replay_mismatches += 1
+            if len(self.result.mismatch_samples) < SAMPLES:
+                self.result.mismatch_samples.append(text)
+
+    def failed(self, text: str) -> None:
+        with self.lock:
+            self.result.client_failures.append(text)
+
+
+# --- the write clients -----------------------------------------------------------------------------------------
+
+
+def _user_list(credentials: dict[str, Any], role: str) -> list[tuple[str, str]]:
+    users = credentials.get(role) or []
+    if isinstance(users, dict):
+        users = [users]
+    out = []
+    for u in users:
+        if isinstance(u, dict):
+            out.append((str(u["username"]), str(u["password"])))
+        else:
+            out.append((str(u[0]), str(u[1])))
+    return out
+
+
+def _same(first: Answer, second: Answer) -> bool:
+    if first.status != second.status:
+        return False
+    a, b = first.json(), second.json()
+    if a is None and b is None:
+        return first.body == second.body
+    return bool(a == b)
+
+
+class _Client:
+    def __init__(self, index: int, role: str, user: tuple[str, str], base_url: str, run: str,
+                 rec: _Recorder, rng: random.Random) -> None:
+        self.index, self.role, self.user, self.run, self.rec, self.rng = index, role, user, run, rec, rng
+        self.api = Http(base_url)
+        self.web = Http(base_url)
+        self.n = 0
+        self.jobs: list[int] = []  # jobs this client created and has not cancelled
+        self.nodes: dict[int, str] = {}  # node id -> believed state ("up" | "reclaimed")
+        self.buildings: list[int] = []
+        self.groups: list[str] = []
+        self.settings_fields: list[tuple[str, str]] | None = None
+
+    # helpers
+    def name(self) -> str:
+        self.n += 1
+        name = f"load-{self.run}-c{self.index}-{self.n}"
+        self.rec.attempted(name)
+        return name
+
+    def req(self, op: str, http: Http, method: str, path: str, body: Any = None,
+            headers: dict[str, str] | None = None) -> Answer:
+        if method == "GET":
+            ans = http.get(path)
+        elif isinstance(body, list):
+            ans = http.post_form(path, body)
+        else:
+            ans = http.post_json(path, body if body is not None else {}, headers, method=method)
+        self.rec(op, method, path, ans)
+        return ans
+
+    def create(self, op: str, path: str, payload: Any) -> Answer:
+        """An API create with a fresh Idempotency-Key; ~10 % are retried with the same key and body."""
+        headers = {"Idempotency-Key": str(uuid.uuid4())}
+        first = self.req(op, self.api, "POST", path, payload, headers)
+        if self.rng.random() < RETRY_SHARE:
+            self.rec.count("retries")
+            second = self.req(op + "_retry", self.api, "POST", path, payload, headers)
+            if 0 < first.status < 500 and not _same(first, second):
+                self.rec.mismatch(f"POST {path} first {first.status} {first.body[:150]!r} / retry "
+                                  f"{second.status} {second.body[:150]!r}")
+        return first
+
+    def setup(self) -> None:
+        username, password = self.user
+        api_login(self.api, username, password, self.rec)
+        web_login(self.web, username, password, self.rec)
+        if self.role == "provider":
+            ans = self.req("list_nodes", self.api, "GET", "/api/nodes/?mine=1&limit=1000")
+            body = ans.json() or {}
+            for node in body.get("results", body if isinstance(body, list) else []):
+                self.nodes[int(node["id"])] = "reclaimed" if node["state"] == "reclaimed" else "up"
+            ans = self.req("list_buildings", self.api, "GET", "/api/campus/buildings/?limit=1000")
+            body = ans.json() or {}
+            self.buildings = [int(b["id"]) for b in body.get("results", body if isinstance(body, list) else [])]
+
+    def step(self) -> None:
+        if self.role == "researcher":
+            if self.jobs and self.rng.random() < 0.5:
+                self.cancel()
+            else:
+                self.submit()
+        else:
+            op = self.rng.choice(["reclaim", "lend_again", "register", "settings"])
+            if op == "reclaim":
+                self.reclaim()
+            elif op == "lend_again":
+                self.lend_again()
+            elif op == "register" or not self.nodes:
+                self.register()
+            else:
+                self.settings()
+        self.rec.write()
+
+    # researcher writes
+    def submit(self) -> None:
+        name = self.name()
+        if self.rng.random() < 0.5:
+            payload = {"name": name, "gpu_count": 1, "expected_runtime_s": 60.0, "ckpt_bytes_estimate": 4096,
+                       "command": JOB_COMMAND, "loss_budget_s": 10.0, "restart_s": 1.0}
+            ans = self.create("api_submit", "/api/jobs/", payload)
+            body = ans.json()
+            if ans.status == 201 and isinstance(body, dict):
+                self.jobs.append(int(body["id"]))
+                self.rec.created(name)
+            return
+        page = self.req("web_submit_form", self.web, "GET", "/jobs/new/")
+        forms = [f for f in parse_forms(page.body) if "name" in f.names() and "gpu_count" in f.names()]
+        if page.status != 200 or not forms:
+            return
+        form = forms[0]
+        fields = form.with_values({"name": name, "gpu_count": "1", "vram_gb_per_gpu": "0", "min_capability": "0",
+                                   "command": JOB_COMMAND, "image": "", "expected_runtime_h": "0.02",
+                                   "ckpt_gb": "0.001", "loss_budget_min": "0.5", "restart_s": "1"})
+        ans = self.req("web_submit", self.web, "POST", "/jobs/new/", fields)
+        self.rec.outcome("web_submit", ans, self.web)
+        if self.rng.random() < RETRY_SHARE:
+            if "submit_token" in form.names():
+                self.rec.count("double_posts")
+                again = self.req("web_submit_double", self.web, "POST", "/jobs/new/", fields)
+                if ans.status == 302 and again.status not in (200, 302, 303, 409):
+                    self.rec.mismatch(f"POST /jobs/new/ first {ans.status} / again {again.status}")
+            else:
+                self.rec.count("skipped_double_posts")
+        m = _ID_IN_PATH.search(ans.location.split("?")[0]) if ans.status == 302 else None
+        if m:
+            self.jobs.append(int(m.group(1)))
+            self.rec.created(name)
+
+    def cancel(self) -> None:
+        job_id = self.jobs.pop(self.rng.randrange(len(self.jobs)))
+        if self.rng.random() < 0.5:
+            self.req("api_cancel", self.api, "POST", f"/api/jobs/{job_id}/cancel/", {})
+        else:
+            ans = self.req("web_cancel", self.web, "POST", f"/jobs/{job_id}/cancel/", [])
+            self.rec.outcome("web_cancel", ans, self.web)
+
+    # provider writes
+    def _pick(self, believed: str) -> int | None:
+        wanted = [n for n, s in self.nodes.items() if s == believed]
+        if wanted and self.rng.random() < 0.85:
+            return self.rng.choice(wanted)
+        return self.rng.choice(list(self.nodes)) if self.nodes else None
+
+    def reclaim(self) -> None:
+        node = self._pick("up")
+        if node is None:
+            return self.register()
+        kind = self.rng.choice(["api_scheduled", "api_emergency", "web_emergency"])
+        if kind == "api_scheduled":
+            ans = self.create("api_reclaim_scheduled", f"/api/nodes/{node}/reclaim/",
+                              {"notice_s": float(self.rng.randint(2, 15))})
+            ok = ans.status == 201
+        elif kind == "api_emergency":
+            ans = self.create("api_reclaim_emergency", f"/api/nodes/{node}/emergency-reclaim/", {})
+            ok = ans.status == 201
+        else:
+            ans = self.req("web_reclaim_emergency", self.web, "POST",
+                           f"/provider/nodes/{node}/reclaim/emergency/", [("confirm", "on")])
+            ok = ans.status == 302 and ans.location.endswith("#reclaims")
+            self.rec.outcome("web_reclaim_emergency", ans, self.web)
+        if ok or ans.status in (302, 409):
+            self.nodes[node] = "reclaimed"
+
+    def lend_again(self) -> None:
+        node = self._pick("reclaimed")
+        if node is None:
+            return self.register()
+        if self.rng.random() < 0.5:
+            ans = self.req("api_lend_again", self.api, "POST", f"/api/nodes/{node}/lend-again/", {})
+            if ans.status in (200, 409):
+                self.nodes[node] = "up"
+        else:
+            ans = self.req("web_lend_again", self.web, "POST", f"/provider/nodes/{node}/lend-again/", [])
+            if ans.status == 302:
+                self.nodes[node] = "up"
+            self.rec.outcome("web_lend_again", ans, self.web)
+
+    def register(self) -> None:
+        name = self.name()
+        gpus = self.rng.choice([1, 1, 2])
+        payload = {"name": name, "building": self.rng.choice(self.buildings) if self.buildings else 1,
+                   "gpus": [{"model": self.rng.choice(GPU_MODELS)}] * gpus, "gpu_floor": 0,
+                   "access_link_bytes_per_s": 125e6}
+        ans = self.create("api_register", "/api/nodes/", payload)
+        body = ans.json()
+        if ans.status == 201 and isinstance(body, dict):
+            self.nodes[int(body["id"])] = "up"
+            self.rec.created(name)
+
+    def settings(self) -> None:
+        node = self.rng.choice(list(self.nodes))
+        if self.rng.random() < 0.5:
+            change = self.rng.choice([{"gpu_floor": 0},
+                                      {"access_link_bytes_per_s": float(self.rng.randint(100, 125)) * 1e6}])
+            self.req("api_settings", self.api, "PATCH", f"/api/nodes/{node}/", change)
+            return
+        if self.settings_fields is None:
+            page = self.req("web_node_page", self.web, "GET", f"/provider/nodes/{node}/")
+            forms = [f for f in parse_forms(page.body) if f.action.rstrip("/").endswith("/settings")]
+            if page.status != 200 or not forms:
+                return
+            # One blank lending-window row and the management form: saving replaces the windows with none.
+            self.settings_fields = [(k, v) for k, v in forms[0].fields
+                                    if not re.match(r"w-\d+-", k) and k != "w-INITIAL_FORMS"]
+            self.settings_fields.append(("w-INITIAL_FORMS", "0"))
+        fields = [(k, v) for k, v in self.settings_fields if k not in ("gpu_floor", "w-TOTAL_FORMS")]
+        fields += [("gpu_floor", "0"), ("w-TOTAL_FORMS", "1"), ("w-0-weekday", ""), ("w-0-start_time", ""),
+                   ("w-0-end_time", "")]
+        ans = self.req("web_settings", self.web, "POST", f"/provider/nodes/{node}/settings/", fields)
+        self.rec.outcome("web_settings", ans, self.web)
+
+
+def run_writes(base_url: str, total: int, clients: int, credentials: dict[str, Any], seed: int = 0,
+               run: str | None = None) -> WriteResult:
+    """``total`` mixed writes from ``clients`` concurrent threads (see the module docstring)."""
+    researchers, providers = _user_list(credentials, "researchers"), _user_list(credentials, "providers")
+    if not researchers or not providers:
+        raise ValueError("credentials need at least one researcher and one provider")
+    run = run or uuid.uuid4().hex[:8]  # the seed fixes the mix, never the names (a rerun must not collide)
+    result = WriteResult(run=run)
+    rec = _Recorder(result)
+    workers: list[_Client] = []
+    counts = {"researcher": 0, "provider": 0}
+    for i in range(clients):
+        role = "researcher" if i % 3 == 0 else "provider"
+        pool = researchers if role == "researcher" else providers
+        workers.append(_Client(i, role, pool[counts[role] % len(pool)], base_url, run, rec,
+                               random.Random(seed * 1000 + i)))
+        counts[role] += 1
+    shares = [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
+    start_gate = threading.Barrier(clients)
+
+    def work(client: _Client, n: int) -> None:
+        try:
+            try:
+                client.setup()
+            finally:
+                start_gate.wait()
+            for _ in range(n):
+                client.step()
+        except Exception as exc:
+            rec.failed(f"client {client.index} ({client.role} {client.user[0]}): {type(exc).__name__}: {exc}")
+        finally:
+            client.api.close()
+            client.web.close()
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=work, args=(c, n), name=f"load-{c.index}", daemon=True)
+               for c, n in zip(workers, shares, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+# --- reads -------------------------------------------------------------------------------------------------------
+
+READ_PATHS_API = ["/api/nodes/", "/api/jobs/", "/api/reclaims/", "/api/summary/", "/api/campus/topology/"]
+READ_PATHS_WEB = ["/dashboard/", "/dashboard/charts.json"]
+
+
+def run_reads(base_url: str, clients: int, duration_s: float, credentials: dict[str, Any]) -> ReadResult:
+    """GET the API lists and the admin dashboard as admin from ``clients`` threads for ``duration_s``."""
+    admin = _user_list(credentials, "admin")
+    if not admin:
+        raise ValueError("credentials need an admin")
+    result = ReadResult()
+    lock = threading.Lock()
+    deadline = time.monotonic() + duration_s
+
+    def work(i: int) -> None:
+        api, web = Http(base_url), Http(base_url)
+        try:
+            api_login(api, *admin[0])
+            web_login(web, *admin[0])
+            paths = [(api, p) for p in READ_PATHS_API] + [(web, p) for p in READ_PATHS_WEB]
+            k = i
+            while time.monotonic() < deadline:
+                http, path = paths[k % len(paths)]
+                k += 1
+                ans = http.get(path)
+                with lock:
+                    result.requests += 1
+                    result.latencies_ms.append(ans.ms)
+                    if ans.status != 200:
+                        result.errors += 1
+                        if len(result.samples) < SAMPLES:
+                            result.samples.append(f"GET {path} {ans.status} {ans.error or ans.body[:200]!r}")
+        except LoginError as exc:
+            with lock:
+                result.errors += 1
+                result.samples.append(str(exc))
+        finally:
+            api.close()
+            web.close()
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+# --- command line ------------------------------------------------------------------------------------------------
+
+
+def load_credentials(text: str) -> dict[str, Any]:
+    path = Path(text)
+    with contextlib.suppress(OSError, ValueError):
+        if not text.lstrip().startswith("{") and path.is_file():
+            text = path.read_text()
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("credentials: a JSON object {admin, researchers, providers}")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("writes", help="concurrent mixed writes")
+    w.add_argument("--base", required=True)
+    w.add_argument("--total", type=int, default=1000)
+    w.add_argument("--clients", type=int, default=6)
+    w.add_argument("--credentials", required=True, help="JSON or a file holding it")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--run", default=None, help="name tag of this run (default: random)")
+    r = sub.add_parser("reads", help="read latencies of the API lists and the dashboard")
+    r.add_argument("--base", required=True)
+    r.add_argument("--clients", type=int, default=4)
+    r.add_argument("--duration", type=float, default=20.0)
+    r.add_argument("--credentials", required=True, help="JSON or a file holding it")
+    args = parser.parse_args(argv)
+    credentials = load_credentials(args.credentials)
+    if args.command == "writes":
+        wres = run_writes(args.base, args.total, args.clients, credentials, seed=args.seed, run=args.run)
+        print(wres.report())
+        print(wres.summary())
+        return 1 if wres.server_errors or wres.replay_mismatches or wres.client_failures else 0
+    rres = run_reads(args.base, args.clients, args.duration, credentials)
+    for sample in rres.samples:
+        print(f"  error: {sample}")
+    print(rres.summary())
+    return 1 if rres.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

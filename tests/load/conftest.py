@@ -1,0 +1,305 @@
+"""Process helpers for the load tests: a whole portal deployment in subprocesses, driven over HTTP.
+
+Each test builds its own deployment (its own SQLite file, or its own PostgreSQL database and Redis database
+number), so it shares nothing with the rest of the suite, and stops only the processes it started, by PID
+(SIGTERM, then SIGKILL after a timeout; ``harness.Proc.stop``). ``RECLAIMNET_LOAD_KEEP=1`` keeps the work
+directory (logs of daphne, Celery, the agents) for a look afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import secrets
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.e2e import harness
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+DEMO_PASSWORD = "reclaimnet-demo"
+EXCEPTION_PREFIXES = ("django.db.utils.", "sqlite3.", "psycopg.", "celery.exceptions.", "ValueError", "KeyError",
+                      "TypeError", "AttributeError", "RuntimeError", "AssertionError")
+
+
+def _load_driver() -> ModuleType:
+    """``scripts/loaddriver.py`` (a script, not a package) as the module ``loaddriver``."""
+    if "loaddriver" in sys.modules:
+        return sys.modules["loaddriver"]
+    spec = importlib.util.spec_from_file_location("loaddriver", REPO / "scripts" / "loaddriver.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["loaddriver"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+loaddriver = _load_driver()
+
+# Extra logins so six clients are not all one user: (username, lab, group). Two threads share each.
+EXTRA_USERS = [("provider2", "Robotics Lab", None), ("researcher2", None, "Computer Vision Group")]
+CREDENTIALS: dict[str, Any] = {
+    "admin": {"username": "admin", "password": DEMO_PASSWORD},
+    "researchers": [{"username": u, "password": DEMO_PASSWORD} for u in ("researcher", "researcher2")],
+    "providers": [{"username": u, "password": DEMO_PASSWORD} for u in ("provider", "provider2")],
+}
+_USERS_SNIPPET = """
+from django.contrib.auth import get_user_model
+from portal.core.models import Provider, ResearchGroup
+for username, lab, group in {users!r}:
+    user, created = get_user_model().objects.get_or_create(username=username)
+    if created:
+        user.set_password({password!r})
+        user.save()
+    if lab:
+        Provider.objects.get(name=lab).members.add(user)
+    if group:
+        ResearchGroup.objects.get(name=group).members.add(user)
+"""
+
+
+def base_env(**overrides: str) -> dict[str, str]:
+    """This process's environment without pytest's and the suite's database/broker, plus ``overrides``."""
+    drop = ("PYTEST", "DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "RECLAIMNET_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "portal.settings", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
+        "RECLAIMNET_TESTING": "1", "SECRET_KEY": secrets.token_urlsafe(50), "LOG_LEVEL": "WARNING",
+        "RECLAIMNET_CONTROL_PERIOD_S": "1", "RECLAIMNET_HEARTBEAT_INTERVAL_S": "1",
+        "RECLAIMNET_HEARTBEAT_TIMEOUT_S": "6",
+    })
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class Deployment:
+    """The processes of one portal deployment; only these are ever signalled."""
+
+    workdir: Path
+    env: dict[str, str]
+    port: int = 0
+    procs: list[harness.Proc] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def manage(self, *args: str, timeout_s: float = 180) -> str:
+        """``manage.py ARGS`` to completion; its output, or a failure showing it."""
+        done = subprocess.run([PY, "manage.py", *args], cwd=REPO, env=self.env, capture_output=True, text=True,
+                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            pytest.fail(f"manage.py {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    def prepare(self) -> None:
+        """Migrate, seed the campus with the demo logins (+ agent tokens) and add the extra load users."""
+        self.manage("migrate", "--noinput", "-v", "0")
+        self.manage("seed_campus", "--demo-users", "--agent-tokens", str(self.workdir / "tokens.json"))
+        self.manage("shell", "-c", _USERS_SNIPPET.format(users=EXTRA_USERS, password=DEMO_PASSWORD))
+
+    def spawn(self, name: str, argv: list[str]) -> harness.Proc:
+        log_path = self.workdir / f"{name}.log"
+        with open(log_path, "ab") as log:  # the child keeps its own descriptor
+            popen = subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        proc = harness.Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_daphne(self) -> harness.Proc:
+        self.port = self.port or harness.free_port()
+        self.env["CSRF_TRUSTED_ORIGINS"] = self.base_url
+        proc = self.spawn("daphne", [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                     "portal.asgi:application"])
+
+        def up() -> bool:
+            if not proc.alive():
+                raise RuntimeError(f"daphne exited:\n{proc.tail()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+                return True
+            return False
+
+        harness.wait_for(up, 60, what="daphne to listen")
+        return proc
+
+    def start_celery(self, concurrency: int = 2) -> tuple[harness.Proc, harness.Proc]:
+        """A prefork worker and a separate beat, as a production deployment runs them."""
+        worker = self.spawn("celery-worker", [
+            PY, "-m", "celery", "-A", "portal", "worker", "-P", "prefork", "--concurrency", str(concurrency),
+            "--without-mingle", "--without-gossip", "-l", "INFO", "-n", f"load-{os.getpid()}@%h",
+        ])
+        beat = self.spawn("celery-beat", [PY, "-m", "celery", "-A", "portal", "beat", "-l", "INFO",
+                                          "-s", str(self.workdir / "celerybeat-schedule")])
+        harness.wait_for(lambda: b"ready" in worker.log_path.read_bytes() or not worker.alive(), 60,
+                         what="celery worker ready")
+        for proc in (worker, beat):
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
+        return worker, beat
+
+    def start_agents(self, count: int) -> harness.Proc:
+        """``manage.py demo_agents``: real agents (simulated GPUs) for the first ``count`` Vision Lab nodes."""
+        proc = self.spawn("demo-agents", [
+            PY, "manage.py", "demo_agents", "--count", str(count), "--portal", f"ws://127.0.0.1:{self.port}/ws/agent/",
+            "--data-dir", str(self.workdir / "agents"), "--submit-jobs", "0",
+        ])
+        http = loaddriver.Http(self.base_url)
+        loaddriver.api_login(http, "admin", DEMO_PASSWORD)
+
+        def online() -> bool:
+            if not proc.alive():
+                raise RuntimeError(f"demo_agents exited:\n{proc.tail()}")
+            body = http.get("/api/nodes/?state=online&limit=1000").json() or {}
+            return int(body.get("count", 0)) >= count
+
+        try:
+            harness.wait_for(online, 60, interval_s=0.5, what=f"{count} agents online")
+        finally:
+            http.close()
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop(timeout_s=10)
+
+    def errors(self, n_lines: int = 8) -> str:
+        """The first ERROR lines (and the exception ending each traceback) of every process's log."""
+        out = []
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                lines = proc.log_path.read_text(errors="replace").splitlines()
+                picked = [ln for ln in lines if " ERROR" in ln or ln.startswith(EXCEPTION_PREFIXES)]
+                if picked:
+                    out.append(f"--- {proc.name} (pid {proc.popen.pid}): {len(picked)} error lines, log "
+                               f"{proc.log_path} ---")
+                    out += [ln[:300] for ln in picked[:n_lines]]
+        return "\n".join(out)
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="reclaimnet-load-"))
+    try:
+        yield path
+    finally:
+        if os.environ.get("RECLAIMNET_LOAD_KEEP"):
+            print(f"load-test logs kept in {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# --- counting duplicates after a run ------------------------------------------------------------------------------
+
+NAME_COUNTS_SQL = ("SELECT 'job', name, COUNT(*) FROM core_job WHERE name LIKE {p} GROUP BY name "
+                   "UNION ALL SELECT 'node', name, COUNT(*) FROM core_node WHERE name LIKE {p} GROUP BY name")
+
+
+def name_counts_sqlite(path: Path, run: str) -> dict[tuple[str, str], int]:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as db:
+        rows = db.execute(NAME_COUNTS_SQL.format(p=":p"), {"p": f"load-{run}-%"}).fetchall()
+    return {(kind, name): int(n) for kind, name, n in rows}
+
+
+def name_counts_postgres(dsn: str, run: str) -> dict[tuple[str, str], int]:
+    import psycopg
+
+    with psycopg.connect(dsn) as db:
+        rows = db.execute(NAME_COUNTS_SQL.format(p="%(p)s"), {"p": f"load-{run}-%"}).fetchall()
+    return {(kind, name): int(n) for kind, name, n in rows}
+
+
+def check_run(result: Any, total: int, counts: dict[tuple[str, str], int], deployment: Deployment) -> None:
+    """0 server errors, 0 replay mismatches, 0 duplicate names, every answered create stored; the driver itself
+    worked (no client gave up, nobody was refused as unauthorised, the writes really happened)."""
+    report = result.report()
+    print(report)
+    duplicates = {k: n for k, n in counts.items() if n > 1}
+    stored = {name for _, name in counts}
+    missing = [name for name in result.names if name not in stored]
+    answered = set(result.names)
+    unseen = sorted(name for name in stored if name not in answered)  # stored, though the answer said otherwise
+    problems = []
+    if result.client_failures:
+        problems.append(f"{len(result.client_failures)} clients gave up")
+    if result.server_errors:
+        problems.append(f"{result.server_errors} server errors")
+    if result.replay_mismatches:
+        problems.append(f"{result.replay_mismatches} replay mismatches")
+    if duplicates:
+        problems.append(f"{len(duplicates)} duplicated names, e.g. {sorted(duplicates.items())[:5]}")
+    if unseen:
+        problems.append(f"{len(unseen)} names stored although their create was not answered as a success "
+                        f"(a 5xx after commit?), e.g. {unseen[:3]}")
+    if missing:
+        problems.append(f"{len(missing)} created names missing from the database, e.g. {missing[:5]}")
+    refused = {s: result.statuses[s] for s in (401, 403, 404) if result.statuses.get(s)}
+    if refused:
+        problems.append(f"unexpected refusals (driver or permission bug): {refused}")
+    if problems:
+        pytest.fail("; ".join(problems) + f"\n{report}\n{deployment.errors()}")
+    assert result.writes == total and len(result.names) > total // 10, report
+
+
+# --- PostgreSQL and Redis of the production test ------------------------------------------------------------------
+
+PG_SERVER = os.environ.get("RECLAIMNET_LOAD_PG", "postgres://reclaimnet@127.0.0.1:5432")
+LOAD_DATABASE = "test_reclaimnet_load"
+REDIS_SERVER = os.environ.get("RECLAIMNET_LOAD_REDIS", "redis://127.0.0.1:6379/0")
+LOAD_REDIS_DB = 5  # e2e uses 3, bench_e2e 4, the suite 0
+CELERY_KEYS = ("celery", "unacked", "unacked_index", "unacked_mutex", "_kombu.binding.celery",
+               "_kombu.binding.celery.pidbox", "_kombu.binding.celeryev")
+
+
+def _pg_admin(statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=5) as db:
+        db.execute(statement)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A database of our own on the suite's PostgreSQL server, dropped afterwards."""
+    try:
+        _pg_admin(f"DROP DATABASE IF EXISTS {LOAD_DATABASE} WITH (FORCE)")
+        _pg_admin(f"CREATE DATABASE {LOAD_DATABASE}")
+    except Exception as exc:  # no server, no CREATEDB right: the embedded test still runs
+        pytest.skip(f"no PostgreSQL for the load test at {PG_SERVER}: {exc}")
+    try:
+        yield f"{PG_SERVER}/{LOAD_DATABASE}"
+    finally:
+        _pg_admin(f"DROP DATABASE IF EXISTS {LOAD_DATABASE} WITH (FORCE)")
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """Redis database 5 of the suite's server, with Celery's queue keys dropped before and after."""
+    import redis
+
+    url = harness.redis_db(REDIS_SERVER, LOAD_REDIS_DB)
+    client = redis.Redis.from_url(url, socket_connect_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis for the load test at {url}: {exc}")
+    client.delete(*CELERY_KEYS)
+    try:
+        yield url
+    finally:
+        client.delete(*CELERY_KEYS)
+        client.close()
