@@ -10,15 +10,15 @@ Several relays (two beats by mistake) are safe: rows are claimed with ``SKIP LOC
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from typing import Any
 
 from celery.beat import PersistentScheduler
+from celery.utils.log import get_logger
 from django.db import close_old_connections, connection
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)  # beat's own logging setup shows it
 
 POLL_S = 0.5
 PRUNE_EVERY_S = 600.0
@@ -105,9 +105,12 @@ class RelayingScheduler(PersistentScheduler):
     def setup_schedule(self) -> None:
         super().setup_schedule()
         if self._relay_thread is None:
-            import django
+            from django.apps import apps
 
-            django.setup()
+            if not apps.ready:
+                import django
+
+                django.setup()
             self._relay_thread = threading.Thread(target=relay_forever, args=(self._relay_stop,),
                                                   name="outbox-relay", daemon=True)
             self._relay_thread.start()

@@ -151,7 +151,13 @@ METRICS_TOKEN = env_str("METRICS_TOKEN")
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        # The layer blocks up to 5 s reading a channel (BZPOPMIN); redis-py's default 5 s socket timeout raced
+        # it and dropped every agent's websocket about every 40 s. A read timeout well above the blocking
+        # read, a short connect timeout, and health checks on idle connections.
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [{
+            "address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5,
+            "health_check_interval": 15, "retry_on_timeout": True,
+        }]}}
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False

@@ -145,15 +145,28 @@ class Stack:
         wait_for(up, 30, what="daphne to listen")
         return proc
 
-    def start_worker(self) -> Proc:
-        proc = self._spawn("celery", [
-            PY, "-m", "celery", "-A", "portal", "worker", "-B", "-P", "solo", "--without-mingle",
-            "--without-gossip", "--without-heartbeat", "-l", "INFO",
-            "-s", str(self.workdir / "celerybeat-schedule"),
-        ])
-        wait_for(lambda: b"ready" in proc.log_path.read_bytes() or not proc.alive(), 30, what="celery ready")
+    def start_worker(self, name: str = "celery", *, beat: bool = True, pool: str = "solo",
+                     concurrency: int = 1) -> Proc:
+        """A Celery worker (``-B``: with beat and the outbox relay inside it). ``name`` is also its node name,
+        so several workers can run side by side as on separate hosts."""
+        argv = [PY, "-m", "celery", "-A", "portal", "worker", "-P", pool, "--concurrency", str(concurrency),
+                "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "INFO"]
+        if beat:
+            argv += ["-B", "-s", str(self.workdir / "celerybeat-schedule")]
+        proc = self._spawn(name, argv)
+        wait_for(lambda: b"ready" in proc.log_path.read_bytes() or not proc.alive(), 30, what=f"{name} ready")
         if not proc.alive():
-            raise RuntimeError(f"celery exited:\n{proc.tail()}")
+            raise RuntimeError(f"{name} exited:\n{proc.tail()}")
+        return proc
+
+    def start_beat(self) -> Proc:
+        """Celery beat on its own (the control tick and the outbox relay), as the production setup runs it."""
+        proc = self._spawn("beat", [PY, "-m", "celery", "-A", "portal", "beat", "-l", "INFO",
+                                    "-s", str(self.workdir / "celerybeat-schedule")])
+        wait_for(lambda: b"outbox relay started" in proc.log_path.read_bytes() or not proc.alive(), 30,
+                 what="beat and its outbox relay")
+        if not proc.alive():
+            raise RuntimeError(f"beat exited:\n{proc.tail()}")
         return proc
 
     def start_agent(self, name: str, token: str, gpus: int = 2) -> Proc:

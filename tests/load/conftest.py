@@ -173,6 +173,12 @@ class Deployment:
             http.close()
         return proc
 
+    def check_alive(self) -> None:
+        """Fail naming any process of this deployment that is gone (-15: someone else's SIGTERM reached it)."""
+        dead = [f"{p.name} (pid {p.popen.pid}) exited with {p.popen.returncode}" for p in self.procs if not p.alive()]
+        if dead:
+            pytest.fail("died during the run: " + ", ".join(dead) + f"\n{self.errors()}")
+
     def stop_all(self) -> None:
         for proc in reversed(self.procs):
             proc.stop(timeout_s=10)
@@ -227,7 +233,6 @@ def check_run(result: Any, total: int, counts: dict[tuple[str, str], int], deplo
     """0 server errors, 0 replay mismatches, 0 duplicate names, every answered create stored; the driver itself
     worked (no client gave up, nobody was refused as unauthorised, the writes really happened)."""
     report = result.report()
-    print(report)
     duplicates = {k: n for k, n in counts.items() if n > 1}
     stored = {name for _, name in counts}
     missing = [name for name in result.names if name not in stored]

@@ -13,6 +13,7 @@ job and node has a unique name and must exist exactly once afterwards. Two deplo
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from tests.load.conftest import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
-TOTAL = 1000
+TOTAL = int(os.environ.get("RECLAIMNET_LOAD_WRITES", "1000"))  # fewer for a quick look; the tests say 1000
 CLIENTS = 6
 AGENTS = 3
 
@@ -39,7 +40,10 @@ def _drive(deployment: Deployment) -> tuple[object, float]:
     started = time.monotonic()
     result = loaddriver.run_writes(deployment.base_url, total=TOTAL, clients=CLIENTS, credentials=CREDENTIALS,
                                    seed=1)
-    return result, time.monotonic() - started
+    elapsed = time.monotonic() - started
+    print(result.report())
+    deployment.check_alive()  # a portal process gone mid-run would show as connection errors only
+    return result, elapsed
 
 
 def test_embedded_default_takes_1000_mixed_writes_without_server_errors(workdir: Path) -> None:

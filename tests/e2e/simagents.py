@@ -1,0 +1,88 @@
+"""Many protocol-speaking node agents in one asyncio loop (a thread of the test process), recording every
+command the portal sends them. For tests that count commands (exactly once) rather than run real jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections import defaultdict
+from typing import Any
+
+
+class RecordingAgents:
+    """Connect one simulated agent per ``{node id: token}``; ``commands[node_id]`` lists what each received.
+
+    Each says hello with ``running[node_id]`` as the jobs it runs (so a reconnect is not a restart), beats
+    every ``heartbeat_interval_s`` the portal asks for, and answers nothing else: the portal is under test.
+    """
+
+    def __init__(self, url: str, tokens: dict[int, str]) -> None:
+        self.url = url
+        self.tokens = tokens
+        self.commands: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        self.running: dict[int, list[int]] = defaultdict(list)  # job ids each agent reports it runs
+        self.lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.tasks: list[asyncio.Future[Any]] = []
+
+    def received(self, node_id: int, kind: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [c for c in self.commands[node_id] if c.get("type") == kind]
+
+    async def _agent(self, node_id: int, token: str) -> None:
+        from websockets.asyncio.client import connect
+
+        while True:  # reconnect when the portal drops the connection
+            try:
+                async with connect(self.url, additional_headers={"Authorization": f"Bearer {token}"},
+                                   open_timeout=30, ping_interval=None) as ws:
+                    await ws.send(json.dumps({
+                        "type": "hello", "agent_version": "sim", "data_host": "127.0.0.1",
+                        "data_port": 20000 + node_id % 40000, "edge_backend": "noop",
+                        "jobs": [{"job_id": j, "step": 0} for j in self.running[node_id]],
+                        "gpus": [{"index": 0, "model": "RTX 3090", "uuid": f"sim-{node_id}", "vram_gb": 24,
+                                  "capability": 8.6, "driver_version": "sim", "cuda_version": "sim"}]}))
+                    welcome = json.loads(await ws.recv())
+                    interval = float(welcome.get("heartbeat_interval_s", 1.0))
+
+                    async def beat(interval: float = interval) -> None:
+                        seq = 0
+                        while True:
+                            seq += 1
+                            await ws.send(json.dumps({"type": "heartbeat", "seq": seq, "gpu_util": [],
+                                                      "egress": {}, "jobs": []}))
+                            await asyncio.sleep(interval)
+
+                    beating = asyncio.create_task(beat())
+                    try:
+                        async for raw in ws:
+                            with self.lock:
+                                self.commands[node_id].append(json.loads(raw))
+                    finally:
+                        beating.cancel()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.5)
+
+    def start(self) -> None:
+        self.thread.start()
+        for node_id, token in self.tokens.items():
+            self.tasks.append(asyncio.run_coroutine_threadsafe(self._agent(node_id, token), self.loop))
+
+    def stop(self) -> None:
+        if not self.thread.is_alive():
+            return
+        for task in self.tasks:
+            task.cancel()
+
+        async def settle() -> None:
+            await asyncio.sleep(0.1)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(settle(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
