@@ -68,8 +68,9 @@ class _Listener:
 
 
 def relay_forever(stop: threading.Event) -> None:
-    """The relay thread's body: relay, then wait for a NOTIFY or the poll interval; prune sent rows hourly."""
-    from portal.core import outbox
+    """The relay thread's body: relay, then wait for a NOTIFY or the poll interval; every ``PRUNE_EVERY_S``
+    drop rows sent a day ago and expired idempotency keys."""
+    from portal.core import idempotency, outbox
 
     listener = _Listener()
     last_prune = 0.0
@@ -80,6 +81,7 @@ def relay_forever(stop: threading.Event) -> None:
                 sent, failed = outbox.relay_once(publish_to_broker)
                 if time.monotonic() - last_prune > PRUNE_EVERY_S:
                     outbox.prune_sent()
+                    idempotency.prune_expired()
                     last_prune = time.monotonic()
                 if sent and not failed:
                     continue  # more may be due

@@ -37,11 +37,22 @@ async def _tick_loop(period_s: float) -> None:
         await asyncio.sleep(period_s)
 
 
-def _relay_batch() -> int:
-    from portal.core import outbox
+PRUNE_EVERY_S = 600.0
+_last_prune = 0.0
 
-    sent, failed = outbox.relay_once(outbox.run_in_process)
-    return sent + failed
+
+def _relay_batch() -> int:
+    global _last_prune
+    import time
+
+    from portal.core import idempotency, outbox
+
+    sent, _ = outbox.relay_once(outbox.run_in_process)
+    if time.monotonic() - _last_prune > PRUNE_EVERY_S:  # rows sent a day ago, expired idempotency keys
+        outbox.prune_sent()
+        idempotency.prune_expired()
+        _last_prune = time.monotonic()
+    return sent
 
 
 async def _relay_loop() -> None:

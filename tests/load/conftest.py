@@ -138,19 +138,23 @@ class Deployment:
         return proc
 
     def start_celery(self, concurrency: int = 2) -> tuple[harness.Proc, harness.Proc]:
-        """A prefork worker and a separate beat, as a production deployment runs them."""
+        """A prefork worker and a separate beat, as a production deployment runs them. Not waited for: call
+        ``wait_celery`` (after starting daphne, so the three boot side by side)."""
         worker = self.spawn("celery-worker", [
             PY, "-m", "celery", "-A", "portal", "worker", "-P", "prefork", "--concurrency", str(concurrency),
             "--without-mingle", "--without-gossip", "-l", "INFO", "-n", f"load-{os.getpid()}@%h",
         ])
         beat = self.spawn("celery-beat", [PY, "-m", "celery", "-A", "portal", "beat", "-l", "INFO",
                                           "-s", str(self.workdir / "celerybeat-schedule")])
+        return worker, beat
+
+    def wait_celery(self) -> None:
+        worker = next(p for p in self.procs if p.name == "celery-worker")
         harness.wait_for(lambda: b"ready" in worker.log_path.read_bytes() or not worker.alive(), 60,
                          what="celery worker ready")
-        for proc in (worker, beat):
-            if not proc.alive():
+        for proc in self.procs:
+            if proc.name.startswith("celery") and not proc.alive():
                 raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
-        return worker, beat
 
     def start_agents(self, count: int) -> harness.Proc:
         """``manage.py demo_agents``: real agents (simulated GPUs) for the first ``count`` Vision Lab nodes."""

@@ -71,6 +71,7 @@ def test_production_setup_takes_1000_mixed_writes_without_server_errors(
         deployment.prepare()
         deployment.start_celery(concurrency=2)
         deployment.start_daphne()
+        deployment.wait_celery()
         deployment.start_agents(AGENTS)
         t_ready = time.monotonic()
         result, drive_s = _drive(deployment)

@@ -114,3 +114,22 @@ def test_prune_deletes_only_rows_sent_long_ago() -> None:
     OutboxMessage.objects.filter(pk=recent.pk).update(sent_at=timezone.now())
     assert outbox.prune_sent() == 1
     assert set(OutboxMessage.objects.values_list("pk", flat=True)) == {recent.pk, unsent.pk}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_control_tick_is_single_flight_across_workers() -> None:
+    """Another worker holding the tick lock (a second connection) makes this tick skip, not run twice."""
+    if connection.vendor != "postgresql":
+        pytest.skip("advisory locks need PostgreSQL")
+    import psycopg
+
+    from portal.control.ticks import TICK_LOCK_KEY, control_tick
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as other_worker:
+        other_worker.execute("SELECT pg_advisory_lock(%s)", [TICK_LOCK_KEY])
+        assert control_tick() == {"skipped": 1}
+        other_worker.execute("SELECT pg_advisory_unlock(%s)", [TICK_LOCK_KEY])
+    assert "skipped" not in control_tick()
