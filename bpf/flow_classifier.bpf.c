@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * flow_classifier.bpf.c -- TC egress classifier of SPEC §4 "Enforcement" (our default mode: BPF + HTB).
+ * flow_classifier.bpf.c -- TC egress classifier of design §4 "Enforcement" (our default mode: BPF + HTB).
  *
  * Attached on the provider's egress device. For every outgoing packet it:
  *   1. looks the packet's destination (address, port) up in rn_flows, which the node agent fills with the

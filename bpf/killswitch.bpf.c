@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * killswitch.bpf.c -- the provider's kill-switch, SPEC §4 "Enforcement" / §1 ("the node must stop taking new
+ * killswitch.bpf.c -- the provider's kill-switch, design §4 "Enforcement" / §1 ("the node must stop taking new
  * work within a millisecond"). TC ingress program on the provider's device.
  *
  * The switch is one 32-bit slot of an array map. Flipping it is a single bpf() map write from the agent; the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * reclaimnet.h -- the data the kernel programs and the Python node agent share (SPEC §4 "Enforcement").
+ * reclaimnet.h -- the data the kernel programs and the Python node agent share (design §4 "Enforcement").
  *
  * A BPF "map" is a key/value table that lives in the kernel. The TC programs in this folder read and update
  * the maps on every packet; the node agent reads and writes the very same tables through the bpf() system
@@ -15,7 +15,7 @@
 #ifndef RECLAIMNET_H
 #define RECLAIMNET_H
 
-/* Traffic classes of SPEC §4 and the DSCP code point each one is stamped with. */
+/* Traffic classes of design §4 and the DSCP code point each one is stamped with. */
 #define RN_CLASS_EMERGENCY 0 /* emergency checkpoint metadata: EF   */
 #define RN_CLASS_MIGRATION 1 /* planned migration:             AF41 */
 #define RN_CLASS_PRESYNC 2   /* checkpoint pre-sync:           CS1  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * syn_probe.bpf.c -- measurement aid for scripts/bench_net.py (kill-switch latency, SPEC §4: "median 0.6 ms,
+ * syn_probe.bpf.c -- measurement aid for scripts/bench_net.py (kill-switch latency, design §4: "median 0.6 ms,
  * p99 0.9 ms" in the paper). Not part of enforcement.
  *
  * Attached on the probed host before anything that may drop: the ingress program records when each SYN to

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * token_bucket.bpf.c -- the paper's mechanism (SPEC §4 "Enforcement": "a TC BPF token bucket per flow, rates
+ * token_bucket.bpf.c -- the paper's mechanism (design §4 "Enforcement": "a TC BPF token bucket per flow, rates
  * written to a BPF hash map"), kept as a selectable mode so it can be measured beside BPF + HTB.
  *
  * Per flow a bucket of `burst_bytes` tokens refills at `rate_bytes_per_s`; a packet that finds too few tokens

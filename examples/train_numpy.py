@@ -1,7 +1,7 @@
 """A small deterministic training job (numpy) that survives reclaims through ``nodeagent.jobkit``.
 
 Linear regression by SGD on synthetic data. The minibatch of step ``s`` is drawn from a generator seeded by
-(seed, s), so resuming from any checkpoint reproduces the uninterrupted run bit for bit (SPEC §1: zero-loss
+(seed, s), so resuming from any checkpoint reproduces the uninterrupted run bit for bit (design §1: zero-loss
 scheduled migration is checkable). At the end it writes ``result.json`` with the sha256 of the final weights.
 
     python examples/train_numpy.py --steps 300 --dim 256 --step-sleep 0.02

@@ -1,4 +1,4 @@
-# Browser assets and browser tests (issue 6). Included by the main Makefile (-include mk/*.mk).
+# Browser assets and browser tests. Included by the main Makefile (-include mk/*.mk).
 #
 #   make frontend        rebuild frontend/static/ from the pinned npm packages and frontend/src/ (needs npm)
 #   make frontend-check  fail if the committed frontend/static/ differs from what the build gives

@@ -1,4 +1,4 @@
-# Trace-driven evaluation (issue 7): report, CSVs and plots in reports/evaluation/ (gitignored).
+# Trace-driven evaluation: report, CSVs and plots in reports/evaluation/ (gitignored).
 .PHONY: evaluate evaluate-quick
 
 evaluate: venv

@@ -1,4 +1,4 @@
-# Kernel enforcement (SPEC §4): benchmark and tests on real TCP between network namespaces (needs root).
+# Kernel enforcement (design §4): benchmark and tests on real TCP between network namespaces (needs root).
 # Included by the main Makefile (`-include mk/*.mk`), which defines VENV, PY and the `venv` target; the
 # defaults below only matter when this file is used on its own.
 VENV ?= .venv

@@ -1,6 +1,6 @@
-# Scheduler core (issue 3): `make bench` times one control period of scheduler/ against the literal
+# Scheduler core: `make bench` times one control period of scheduler/ against the literal
 # per-job-loop reference at 54, 500, 5,000 and 50,000 nodes; `make bench-drift` measures how fast the
-# hazard estimator re-converges after a 1.7x step (SPEC §2).
+# hazard estimator re-converges after a 1.7x step (design §2).
 .PHONY: bench bench-drift
 
 bench: venv

@@ -1,4 +1,4 @@
-"""ReclaimNet node agent (SPEC §1-§4): runs on each lent GPU node; ``python -m nodeagent``.
+"""ReclaimNet node agent (design §1-§4): runs on each lent GPU node; ``python -m nodeagent``.
 
 ``nodeagent.jobkit`` is the job helper library training scripts import (no Django, numpy only).
 """

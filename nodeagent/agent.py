@@ -1,4 +1,4 @@
-"""The node agent: websocket to the portal, heartbeats, job runner, checkpoint data plane (SPEC §1-§4).
+"""The node agent: websocket to the portal, heartbeats, job runner, checkpoint data plane (design §1-§4).
 
 Messages are JSON objects with a ``type``; the portal's side of the protocol is ``portal/control/protocol.py``.
 Events that must not be lost (checkpoint done, job exited, transfer results) wait in an outbox while the
@@ -334,7 +334,7 @@ class Agent:
                          "attempts": result.attempts, "elapsed_s": result.elapsed_s, "errors": result.errors[-5:]})
 
     async def _cmd_set_rate(self, msg: dict[str, Any]) -> None:
-        """P3 re-planned a transfer this node is sending (SPEC §4): apply the new rate to it in place."""
+        """P3 re-planned a transfer this node is sending (design §4): apply the new rate to it in place."""
         control = self.sending.get(str(msg.get("transfer_id")))
         rate = msg.get("rate_bytes_per_s")
         if control is None or not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
@@ -357,7 +357,7 @@ class Agent:
                 jobkit.remove_checkpoint(ckpt, m.sequence)
 
     async def _cmd_reclaim_notice(self, msg: dict[str, Any]) -> None:
-        """Warn → drain → force (SPEC §1): whatever the portal manages, force at the deadline locally."""
+        """Warn → drain → force (design §1): whatever the portal manages, force at the deadline locally."""
         if self._deadline_task is not None:
             self._deadline_task.cancel()
         delay_s = max(0.0, float(msg.get("deadline_in_s", 0.0)))

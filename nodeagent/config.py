@@ -1,4 +1,4 @@
-"""Agent configuration: command line, JSON file and environment, validated with clear errors (SPEC §1)."""
+"""Agent configuration: command line, JSON file and environment, validated with clear errors (design §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one seam between the agent and edge enforcement (SPEC §4 "Enforcement").
+"""The one seam between the agent and edge enforcement (design §4 "Enforcement").
 
 If ``nodeagent.enforcement`` offers a real kernel backend, admitted flows are shaped by it and the kill-switch
 is a BPF flag; otherwise (no-op backend, no privileges, module missing) the agent paces its own transfers with a
@@ -19,11 +19,11 @@ from scheduler.p3 import DSCP
 
 log = logging.getLogger(__name__)
 
-DSCP_BY_CLASS = DSCP  # SPEC §4: the class → DSCP table lives with P3
+DSCP_BY_CLASS = DSCP  # design §4: the class → DSCP table lives with P3
 
 
 class TokenBucket:
-    """Userspace pacing at ``rate_bytes_per_s`` with a ``burst_bytes`` bucket (SPEC §4, P3 rate).
+    """Userspace pacing at ``rate_bytes_per_s`` with a ``burst_bytes`` bucket (design §4, P3 rate).
 
     ``rate_bytes_per_s`` <= 0 or None means unpaced.
     """
@@ -35,7 +35,7 @@ class TokenBucket:
         self._last = time.monotonic()
 
     def set_rate(self, rate_bytes_per_s: float | None) -> None:
-        """Change the rate of a running flow (SPEC §4 joint re-planning): tokens earned so far are credited at
+        """Change the rate of a running flow (design §4 joint re-planning): tokens earned so far are credited at
         the old rate, everything after at the new one; a sender asleep on a debt wakes at most one chunk late."""
         now = time.monotonic()
         if self.rate_bytes_per_s is not None:
@@ -137,7 +137,7 @@ class Edge:
                 self._enforcer.remove_flow(dst_ip, dst_port)
 
     def killswitch(self, engaged: bool, allow_ports: tuple[int, ...] = ()) -> None:
-        """Engage/disengage the kernel kill-switch (SPEC §4); a no-op without a kernel backend."""
+        """Engage/disengage the kernel kill-switch (design §4); a no-op without a kernel backend."""
         if self._enforcer is None:
             return
         try:

@@ -1,4 +1,4 @@
-"""GPU inventory and utilisation: NVML when the machine has GPUs, else the config's simulated GPUs (SPEC §1).
+"""GPU inventory and utilisation: NVML when the machine has GPUs, else the config's simulated GPUs (design §1).
 
 Both paths produce the same :class:`GpuInfo` records, so everything after inventory is the same code.
 """

@@ -1,4 +1,4 @@
-"""Job helper library for training scripts run by a ReclaimNet agent (SPEC §1, §2). No Django, no agent imports.
+"""Job helper library for training scripts run by a ReclaimNet agent (design §1, §2). No Django, no agent imports.
 
 A training script uses it like this::
 
@@ -84,7 +84,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 @dataclass(frozen=True)
 class Manifest:
-    """What a checkpoint is and what it was taken against (SPEC §1: checkpoint-compatible destinations)."""
+    """What a checkpoint is and what it was taken against (design §1: checkpoint-compatible destinations)."""
 
     job_id: str
     sequence: int
@@ -201,7 +201,7 @@ def _deserialize(path: Path, fmt: str) -> dict[str, Any]:
 
 
 class Checkpointer:
-    """Checkpoint/restore for one job in ``ckpt_dir`` (SPEC §2: interval Δ from P1, final checkpoint on notice).
+    """Checkpoint/restore for one job in ``ckpt_dir`` (design §2: interval Δ from P1, final checkpoint on notice).
 
     Concurrency: signal handlers only set flags; the training loop acts on them at a step boundary, so a
     checkpoint is always a consistent state.

@@ -1,4 +1,4 @@
-"""Job runner: one subprocess per job, its own work directory, ``CUDA_VISIBLE_DEVICES`` = its GPUs (SPEC §1).
+"""Job runner: one subprocess per job, its own work directory, ``CUDA_VISIBLE_DEVICES`` = its GPUs (design §1).
 
 A gang job holds all its GPUs on this node and is started, checkpointed and stopped as one process (group).
 The plain-process runtime is what every test uses; containers are left to a later runtime.

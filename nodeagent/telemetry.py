@@ -1,4 +1,4 @@
-"""Egress counters for the bandwidth estimator (SPEC §2: egress counters sampled every 100 ms).
+"""Egress counters for the bandwidth estimator (design §2: egress counters sampled every 100 ms).
 
 Source: the enforcement backend's counters when present, else ``/proc/net/dev`` transmit bytes.
 """

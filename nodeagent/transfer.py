@@ -1,4 +1,4 @@
-"""Checkpoint data plane: agent-to-agent TCP transfer (SPEC §1 pre-sync and migration, §4 pacing and DSCP).
+"""Checkpoint data plane: agent-to-agent TCP transfer (design §1 pre-sync and migration, §4 pacing and DSCP).
 
 Wire protocol (one checkpoint per connection, JSON lines for control, raw bytes for data):
 

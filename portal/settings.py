@@ -178,7 +178,7 @@ CELERY_BEAT_SCHEDULER = "portal.beat:RelayingScheduler"
 # "celery" (REDIS_URL set) or "loop" (embedded default) unless set: "inline" relays in the committing thread.
 RECLAIMNET_OUTBOX_RELAY = env_str("RECLAIMNET_OUTBOX_RELAY", "")
 
-# --- ReclaimNet control-plane parameters (SPEC §2–§4) --------------------------------------------------------
+# --- ReclaimNet control-plane parameters (design §2–§4) --------------------------------------------------------
 RECLAIMNET = {
     "CONTROL_PERIOD_S": env_float("RECLAIMNET_CONTROL_PERIOD_S", 10.0),
     "HEARTBEAT_INTERVAL_S": env_float("RECLAIMNET_HEARTBEAT_INTERVAL_S", 2.0),
@@ -188,11 +188,11 @@ RECLAIMNET = {
     "ALPHA": 1.0,
     "K_MIN": 2,
     "RESERVE_FRACTION": 0.3,
-    # B_min of SPEC §4: research keeps max(β·B, B_min) of every controlled link.
+    # B_min of design §4: research keeps max(β·B, B_min) of every controlled link.
     "RESERVE_MIN_BYTES_PER_S": env_float("RECLAIMNET_RESERVE_MIN_BYTES_PER_S", 0.0),
 }
 
-# Celery beat runs P1 and the rest of the control tick every control period (SPEC §2). A tick that could not
+# Celery beat runs P1 and the rest of the control tick every control period (design §2). A tick that could not
 # run within its period is dropped, not queued: the next one re-reads everything.
 CELERY_BEAT_SCHEDULE = {
     "control-tick": {

@@ -1,4 +1,4 @@
-"""ReclaimNet scheduler core: P1, P2, P3 and their estimators (SPEC §2-§5).
+"""ReclaimNet scheduler core: P1, P2, P3 and their estimators (design §2-§5).
 
 A pure library: numpy/scipy only, no Django, no network, no files. Inputs and outputs are frozen
 dataclasses of numpy arrays; validation of untrusted input lives in `scheduler.contract`. Import the

@@ -1,4 +1,4 @@
-"""`python -m scheduler p1|p2|p3`: one JSON request on stdin, one JSON response on stdout (SPEC §5).
+"""`python -m scheduler p1|p2|p3`: one JSON request on stdin, one JSON response on stdout (design §5).
 
 Invalid input exits 2 with `{"error": "..."}` naming the field and prints nothing else; an internal
 failure exits 1 with `{"error": "internal: ..."}` (never a traceback).

@@ -1,4 +1,4 @@
-"""The JSON decision contract (SPEC §5): validate a request, then decide.
+"""The JSON decision contract (design §5): validate a request, then decide.
 
 Validation is a separate first step that turns untrusted JSON into the library's frozen dataclasses and
 raises `ContractError` naming the offending field (e.g. `jobs[2].hazard_per_s`); deciding never raises
@@ -114,7 +114,7 @@ def _ident(d: dict[str, Any], key: str, prefix: str, *, strings_only: bool = Fal
 
 
 def _sortable_ids(ids: list[Any]) -> tuple[str, ...]:
-    """Library ids whose string order is the JSON ids' order (SPEC §4 "ties: smallest id").
+    """Library ids whose string order is the JSON ids' order (design §4 "ties: smallest id").
 
     The library breaks ties on its string ids; JSON integer ids must compare as numbers (9 before 10),
     so when any id is an integer each flow gets its rank in (integers by value, then strings) order,
@@ -360,14 +360,14 @@ _VALIDATORS: dict[str, Callable[[dict[str, Any]], object]] = {
 
 
 def validate(kind: str, request: Any) -> object:
-    """Only the validation step (SPEC §5); raises ContractError naming the field."""
+    """Only the validation step (design §5); raises ContractError naming the field."""
     if kind not in _VALIDATORS:
         raise ContractError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
     return _VALIDATORS[kind](_obj(request, "request"))
 
 
 def decide(kind: str, request: Any) -> dict[str, Any]:
-    """SPEC §5: validate `request` for `kind` (p1|p2|p3), decide, return the JSON-ready response."""
+    """design §5: validate `request` for `kind` (p1|p2|p3), decide, return the JSON-ready response."""
     if kind not in _DECIDERS:
         raise ContractError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
     response = _DECIDERS[kind](_obj(request, "request"))

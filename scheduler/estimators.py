@@ -1,4 +1,4 @@
-"""Estimators feeding P1/P2 (SPEC §2 "Estimators") and the adaptivity gap (Theorem 2).
+"""Estimators feeding P1/P2 (design §2 "Estimators") and the adaptivity gap (Theorem 2).
 
 Hazard: the emergency-reclaim process of node i is modelled as a non-homogeneous Poisson process with
 intensity λ_i(t) = θ_i · s_g(hour(t)): a per-node level θ_i times an hour-of-day shape s_g of its group
@@ -8,7 +8,7 @@ campus (Gamma-Poisson empirical Bayes: `prior_events` pseudo-events at the paren
 makes the upper bound λ⁺ (a Gamma posterior quantile) strictly positive. Drift: per group, a
 likelihood-ratio test for one change point inside the window; if it fires, only data after the change
 is used (a short window), otherwise the long window. The same scan runs on the pooled campus: a
-campus-wide shift (the 1.7x step of SPEC §2) shows there with G times the events, and the groups whose
+campus-wide shift (the 1.7x step of design §2) shows there with G times the events, and the groups whose
 own test has not fired use the campus change point if their pooled data confirm a change at that point
 (so one group's change alone does not cut the others' windows). `make bench-drift` measures both sides
 of the threshold: minutes to re-converge after a step, and how often a stationary hazard is cut short.
@@ -50,7 +50,7 @@ def _change_lr(cum_n: np.ndarray, cum_x: np.ndarray) -> np.ndarray:
 
 
 class HazardEstimator:
-    """Emergency-reclaim hazard per node from the departure log (SPEC §2 estimators).
+    """Emergency-reclaim hazard per node from the departure log (design §2 estimators).
 
     Windows are kept as a ring of `bucket_s` buckets (which must divide an hour), so memory is
     (window_s / bucket_s) x n_nodes per array and every query is a few vectorised passes over it.
@@ -252,7 +252,7 @@ class HazardEstimator:
         return e["upper"] * e["shape"][:, int(t_s // HOUR_S) % 24]
 
     def hourly_profile_per_s(self, t_s: float) -> np.ndarray:
-        """(n_nodes, 24) hourly hazard profile h_d for P2's survival (SPEC §3)."""
+        """(n_nodes, 24) hourly hazard profile h_d for P2's survival (design §3)."""
         e = self._estimate(t_s)
         return e["level"][:, None] * e["shape"]
 
@@ -309,7 +309,7 @@ class BandwidthEstimator:
         return self._mean.copy()
 
     def lower_bytes_per_s(self) -> np.ndarray:
-        """B⁻ = max(0, mean - z·sd) (SPEC §2: lower confidence bound for deadline checks)."""
+        """B⁻ = max(0, mean - z·sd) (design §2: lower confidence bound for deadline checks)."""
         return np.maximum(0.0, self._mean - self.z * np.sqrt(self._var))
 
 

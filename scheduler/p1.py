@@ -1,4 +1,4 @@
-"""P1 — reclaim-aware checkpoint scheduling (SPEC §2).
+"""P1 — reclaim-aware checkpoint scheduling (design §2).
 
 Lemma 1 (optimal interval), Theorem 1 (cube-root bandwidth split), Lemma 2 (caps by water-filling),
 Eq. 9 (clipped interval, loss budget) and the final-checkpoint test on a scheduled reclaim.
@@ -25,7 +25,7 @@ __all__ = [
 
 @dataclass(frozen=True, eq=False)
 class P1Jobs:
-    """Jobs sharing checkpoint bandwidth (SPEC §2); arrays are indexed like `ids`."""
+    """Jobs sharing checkpoint bandwidth (design §2); arrays are indexed like `ids`."""
 
     ids: tuple[str, ...]
     hazard_per_s: np.ndarray  # > 0 (the upper confidence bound λ⁺)
@@ -65,7 +65,7 @@ class P1Jobs:
 
 @dataclass(frozen=True, eq=False)
 class P1Plan:
-    """P1's answer per job (SPEC §2, §5 p1 response)."""
+    """P1's answer per job (design §2, §5 p1 response)."""
 
     ids: tuple[str, ...]
     bandwidth_bytes_per_s: np.ndarray
@@ -77,7 +77,7 @@ class P1Plan:
 
 @dataclass(frozen=True, eq=False)
 class P1Demand:
-    """The demand tuple P1 exports to P3 each control period: (job, C_i, b_i, Δ_i, L_max,i) (SPEC §2)."""
+    """The demand tuple P1 exports to P3 each control period: (job, C_i, b_i, Δ_i, L_max,i) (design §2)."""
 
     ids: tuple[str, ...]
     ckpt_bytes: np.ndarray
@@ -160,7 +160,7 @@ def plan_checkpoints(
     beta: float = 0.2,
     group: np.ndarray | None = None,
 ) -> P1Plan:
-    """SPEC §2: allocate (Theorem 1/Lemma 2), clip the interval (Eq. 9), decide the final checkpoint.
+    """design §2: allocate (Theorem 1/Lemma 2), clip the interval (Eq. 9), decide the final checkpoint.
 
     Eq. 9: Δ_i = clip(sqrt(2C_i/(λ_i b_i)), C_i/(β b_i), 2·L_max,i); when the lower bound exceeds the
     upper the lower bound is used and the job is flagged `loss_budget_at_risk`. A final checkpoint is
@@ -193,7 +193,7 @@ def aggregate_cost(hazard_per_s: np.ndarray, ckpt_bytes: np.ndarray, bandwidth_b
 
 
 def export_demand(jobs: P1Jobs, plan: P1Plan) -> P1Demand:
-    """The per-period demand P1 hands to P3 (SPEC §2, last bullet)."""
+    """The per-period demand P1 hands to P3 (design §2, last bullet)."""
     return P1Demand(
         ids=jobs.ids,
         ckpt_bytes=jobs.ckpt_bytes,

@@ -1,4 +1,4 @@
-"""P2 — volatility-aware destination selection (SPEC §3).
+"""P2 — volatility-aware destination selection (design §3).
 
 Feasibility filter, locality (Lemma 3) with k_min fallback, survival over the remaining runtime from an
 hourly hazard profile, and Score(d) = T_mig(s, d) + alpha·(1 - S_d)·T̄_mig(d). Vectorised over nodes; the
@@ -17,12 +17,12 @@ from scheduler.topology import BottleneckIndex, CampusTree
 __all__ = ["EXCLUSION_REASONS", "P2Decision", "P2Request", "select_destination", "survival"]
 
 EXCLUSION_REASONS = ("vram", "capability", "compatibility", "busy", "deadline")
-TIE_RELATIVE = 1e-12  # scores within this relative distance of the minimum tie (SPEC §3: smallest id wins)
+TIE_RELATIVE = 1e-12  # scores within this relative distance of the minimum tie (design §3: smallest id wins)
 
 
 @dataclass(frozen=True, eq=False)
 class P2Request:
-    """One reclaimed job looking for a destination (SPEC §3); node fields are per node index."""
+    """One reclaimed job looking for a destination (design §3); node fields are per node index."""
 
     tree: CampusTree
     link_bytes_per_s: np.ndarray  # available bandwidth per link (lower confidence bound)
@@ -50,7 +50,7 @@ class P2Request:
 
 @dataclass(frozen=True, eq=False)
 class P2Decision:
-    """P2's answer (SPEC §3, §5 p2 response). Candidate arrays follow `candidate` (ascending index)."""
+    """P2's answer (design §3, §5 p2 response). Candidate arrays follow `candidate` (ascending index)."""
 
     destination: int | None  # node index; None = degraded recovery from the freshest checkpoint
     candidate: np.ndarray  # node indices considered (after locality)
@@ -72,7 +72,7 @@ class P2Decision:
 def survival(
     hazard_per_s_by_hour: np.ndarray, now_hour: float, remaining_s: float
 ) -> np.ndarray:
-    """S_d = exp(-∫ h_d(u) du) over [now, now + remaining] with h_d piecewise constant by hour (SPEC §3)."""
+    """S_d = exp(-∫ h_d(u) du) over [now, now + remaining] with h_d piecewise constant by hour (design §3)."""
     h = np.asarray(hazard_per_s_by_hour, dtype=float)
     cum = np.concatenate([np.zeros((h.shape[0], 1)), np.cumsum(h, axis=1) * 3600.0], axis=1)  # (n, 25)
     day = cum[:, 24]
@@ -87,7 +87,7 @@ def survival(
 
 
 def select_destination(req: P2Request) -> P2Decision:
-    """SPEC §3: filter, localise (Lemma 3), score, pick the minimum (ties: smallest node id)."""
+    """design §3: filter, localise (Lemma 3), score, pick the minimum (ties: smallest node id)."""
     tree = req.tree
     n = tree.n_nodes
     nodes = np.arange(n)
@@ -112,7 +112,7 @@ def select_destination(req: P2Request) -> P2Decision:
     local_all = building == building[req.source]
     d_local = feasible & local_all
     # Lemma 3: D_ℓ if |D_ℓ| ≥ k_min, else D_c. An empty D_ℓ never wins (k_min = 0 would otherwise leave a job
-    # with no destination while D_c is not empty; SPEC §3 answers "no destination" only for an empty D_c).
+    # with no destination while D_c is not empty; design §3 answers "no destination" only for an empty D_c).
     cand_mask = d_local if int(d_local.sum()) >= max(req.k_min, 1) else feasible
     cand = np.flatnonzero(cand_mask)
     # T̄_mig(d): mean T_mig(d, o) over compatible o (VRAM and capability only), o ≠ source, o ≠ d.

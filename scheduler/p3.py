@@ -1,4 +1,4 @@
-"""P3 — deadline-aware migration traffic (SPEC §4).
+"""P3 — deadline-aware migration traffic (design §4).
 
 Reservation for research traffic, minimum rates, full admission or earliest-deadline admission with
 skip, max-min sharing of the remainder under caps; the single-bottleneck form and the multi-bottleneck
@@ -32,7 +32,7 @@ FIT_RELATIVE = 1e-12
 
 @dataclass(frozen=True, eq=False)
 class P3Flows:
-    """Planned migration flows (SPEC §4); arrays indexed like `ids`."""
+    """Planned migration flows (design §4); arrays indexed like `ids`."""
 
     ids: tuple[str, ...]
     bytes: np.ndarray
@@ -43,7 +43,7 @@ class P3Flows:
 
 @dataclass(frozen=True, eq=False)
 class P3Decision:
-    """P3's answer (SPEC §4, §5 p3 response)."""
+    """P3's answer (design §4, §5 p3 response)."""
 
     migration_budget_bytes_per_s: float | np.ndarray  # scalar, or per link in the multi form
     admitted: np.ndarray  # bool per flow
@@ -58,14 +58,14 @@ class P3Decision:
 def migration_budget_bytes_per_s(
     capacity_bytes_per_s: float | np.ndarray, reserve_fraction: float = 0.3, reserve_min_bytes_per_s: float = 0.0
 ) -> float | np.ndarray:
-    """B_mig = max(0, B - max(β·B, B_min)) (SPEC §4; Theorem 4 bounds migration by B - B_min)."""
+    """B_mig = max(0, B - max(β·B, B_min)) (design §4; Theorem 4 bounds migration by B - B_min)."""
     cap = np.asarray(capacity_bytes_per_s, dtype=float)
     out = np.maximum(0.0, cap - np.maximum(reserve_fraction * cap, reserve_min_bytes_per_s))
     return float(out) if out.ndim == 0 else out
 
 
 def _min_rates(flows: P3Flows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """r_min = C/(τ - T_r) and the notice/cap degradations (SPEC §4)."""
+    """r_min = C/(τ - T_r) and the notice/cap degradations (design §4)."""
     slack = flows.notice_s - flows.restart_s
     notice_bad = ~(slack > 0)  # also catches NaN notice (an emergency has no planned migration)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -75,7 +75,7 @@ def _min_rates(flows: P3Flows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _edf_order(flows: P3Flows, eligible: np.ndarray) -> np.ndarray:
-    """Eligible flow indices by earliest deadline, ties by smallest id (SPEC §4)."""
+    """Eligible flow indices by earliest deadline, ties by smallest id (design §4)."""
     idx = np.flatnonzero(eligible)
     ids = np.array(flows.ids, dtype=object)[idx].astype(str) if idx.size else np.zeros(0, dtype=str)
     order = np.lexsort((ids, flows.notice_s[idx]))
@@ -128,7 +128,7 @@ def admit_flows(
     reserve_fraction: float = 0.3,
     reserve_min_bytes_per_s: float = 0.0,
 ) -> P3Decision:
-    """SPEC §4 on one bottleneck: reserve, admit (all, or EDF with skip), share the rest max-min fairly."""
+    """design §4 on one bottleneck: reserve, admit (all, or EDF with skip), share the rest max-min fairly."""
     budget = float(migration_budget_bytes_per_s(capacity_bytes_per_s, reserve_fraction, reserve_min_bytes_per_s))
     r_min, notice_bad, cap_bad = _min_rates(flows)
     eligible = ~notice_bad & ~cap_bad
@@ -187,7 +187,7 @@ def admit_flows_on_incidence(
 ) -> P3Decision:
     """Multi-bottleneck P3 from a (flow, link) incidence list, e.g. `CampusTree.path_incidence`.
 
-    Every link keeps its own reservation (SPEC §4 per bottleneck). Full admission if every link's Σ r_min
+    Every link keeps its own reservation (design §4 per bottleneck). Full admission if every link's Σ r_min
     fits its budget; else EDF with skip where "fits" means fits on every link of the path. The remainder
     is shared by progressive filling: all admitted flows grow equally until a link saturates or a flow
     hits its cap, whose flows then freeze (max-min fairness on a network). Only links that carry a flow

@@ -1,4 +1,4 @@
-"""The campus tree: unique paths, path bottlenecks and all-pairs bottleneck sums (SPEC §1, §3).
+"""The campus tree: unique paths, path bottlenecks and all-pairs bottleneck sums (design §1, §3).
 
 Vertices are numbered so that node i (a GPU machine, `node_ids[i]`) is vertex i; switches follow.
 The tree is rooted at its centre, so the ancestor table has (height + 1) rows, which is 3-4 on a
@@ -41,7 +41,7 @@ def _depths(pred: np.ndarray, root: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class CampusTree:
-    """A campus network tree (SPEC §1: access links, building switches, core); built once, reused."""
+    """A campus network tree (design §1: access links, building switches, core); built once, reused."""
 
     link_ids: tuple[str, ...]
     node_ids: tuple[str, ...]  # endpoints that are nodes (GPU machines); others are switches
@@ -136,7 +136,7 @@ class CampusTree:
         return len(self.vertex_ids)
 
     def path_links(self, src: int, dst: int) -> np.ndarray:
-        """Link indices on the unique path src → dst (SPEC §3), in order from src."""
+        """Link indices on the unique path src → dst (design §3), in order from src."""
         up: list[int] = []
         down: list[int] = []
         u, v = int(src), int(dst)
@@ -200,7 +200,7 @@ class CampusTree:
     def bottleneck_bytes_per_s(
         self, link_bytes_per_s: np.ndarray, src: int, dst: np.ndarray
     ) -> np.ndarray:
-        """bw_bot(src, d) = min available bandwidth over the path's links, for every d (SPEC §3).
+        """bw_bot(src, d) = min available bandwidth over the path's links, for every d (design §3).
 
         inf where d == src (no link crossed).
         """
@@ -229,7 +229,7 @@ def _bottleneck(
 
 @dataclass(frozen=True, eq=False)
 class BottleneckIndex:
-    """Per-period index of path bottlenecks between all node pairs (SPEC §3, T̄_mig).
+    """Per-period index of path bottlenecks between all node pairs (design §3, T̄_mig).
 
     For a node set S it answers Σ_{o∈S, o≠d} 1/bw_bot(d, o) for every d in O(n·H) — the quantity
     behind T̄_mig(d) — without forming the nxn pair matrix. For the pair (d, o) with lowest common

@@ -1,4 +1,4 @@
-"""End-to-end benchmark on loopback (SPEC §1, §6 downtime and coordinator latency).
+"""End-to-end benchmark on loopback (design §1, §6 downtime and coordinator latency).
 
 1. Downtime of scheduled and emergency reclaims, split into decision (request → P2/P3 decided), checkpoint
    (→ final checkpoint written; 0 for emergency), transfer (→ checkpoint verified on the destination) and

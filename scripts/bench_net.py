@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``make bench-net``: kernel enforcement of SPEC §4 measured on real TCP between network namespaces.
+"""``make bench-net``: kernel enforcement of design §4 measured on real TCP between network namespaces.
 
 1. Rates: for BPF classifier + HTB (ours), the paper's drop-based BPF token bucket, and plain HTB (+ u32),
    one iperf3 flow per set rate; achieved wire rate / set rate over the steady state (receiver side,

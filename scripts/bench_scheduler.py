@@ -1,13 +1,13 @@
 """Benchmark one full scheduler control period against a literal per-job-loop implementation.
 
-One control period (SPEC §2-§4) on a synthetic campus (buildings of ~50 nodes, 1 Gbit/s access links,
+One control period (design §2-§4) on a synthetic campus (buildings of ~50 nodes, 1 Gbit/s access links,
 10 Gbit/s building uplinks to the core; available bandwidth drawn below nominal):
   1. P2 for 7 simultaneous reclaims (the paper's worst case), sharing one per-period bottleneck index;
   2. P3 over all bottlenecks: the 7 migrations plus n/100 other planned migrations, multi-bottleneck form
      (every flow must fit on its access links, building uplinks and the core path);
   3. P1 over all jobs (one per node): per building, the checkpoint budget is what migrations leave on the
      uplink and each job is capped by what they leave on its access link (grouped water-filling).
-"Ours" is `scheduler/`; "literal" is `scripts/scheduler_literal.py` (plain loops, the SPEC as written),
+"Ours" is `scheduler/`; "literal" is `scripts/scheduler_literal.py` (plain loops, the design as written),
 given the same inputs; at 54 and 500 nodes the two must agree. The campus tree (CampusTree /
 LiteralTree) is built once outside the timed period, as in production. The literal run at 50,000 nodes
 would take minutes, so it is extrapolated linearly from 5,000 (both its P2 and P1/P3 parts grow ~n with

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 export DEBUG=${DEBUG:-1} RECLAIMNET_DEMO=1
 unset DATABASE_URL REDIS_URL
-# Short periods so a visitor sees things happen (SPEC §2 control period, heartbeats).
+# Short periods so a visitor sees things happen (design §2 control period, heartbeats).
 export RECLAIMNET_CONTROL_PERIOD_S=${RECLAIMNET_CONTROL_PERIOD_S:-2}
 export RECLAIMNET_HEARTBEAT_INTERVAL_S=${RECLAIMNET_HEARTBEAT_INTERVAL_S:-1}
 export RECLAIMNET_HEARTBEAT_TIMEOUT_S=${RECLAIMNET_HEARTBEAT_TIMEOUT_S:-6}

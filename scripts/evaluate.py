@@ -1,4 +1,4 @@
-"""Trace-driven evaluation of ReclaimNet (issue 7): the paper's comparison on the generated campus and on
+"""Trace-driven evaluation of ReclaimNet: the paper's comparison on the generated campus and on
 the external traces, written to reports/evaluation/ (markdown report, CSVs, PNG plots).
 
     .venv/bin/python scripts/evaluate.py [--out reports/evaluation] [--jobs 2] [--quick]
@@ -57,7 +57,7 @@ HAZARD_POLICIES = ("slurm-pr", "static", "static-budget", "reclaimnet")
 RELAXED_POLICIES = ("static", "reclaimnet", "informed")
 EXT_POLICIES = ("slurm-pr", "no-migration", "static", "random-dst", "no-admission", "tv-fixed", "reclaimnet",
                 "oracle")
-PAPER = {  # SPEC §6 (the paper's numbers, not measured here)
+PAPER = {  # design §6 (the paper's numbers, not measured here)
     "slurm-pr": (8.2, 195, 64.5, 26.4, 38.1), "no-migration": (18.4, None, 0.0, 0.0, 31.2),
     "static": (7.6, 127, 71.3, 18.4, 46.8), "random-dst": (3.8, 98, 84.2, 7.3, 59.1),
     "no-admission": (3.1, 71, 88.9, 31.0, 65.3), "tv-fixed": (3.0, 64, 90.4, 2.9, 67.5),
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = _campus_config(args.quick)
     campus = _trace("campus", args.quick)
     stats = statistics(campus)
-    print("generated campus trace (SPEC §6 targets on the right):")
+    print("generated campus trace (design §6 targets on the right):")
     for name, got, want in stats:
         print(f"  {name:36s} {got:44s} {want}")
     abl_names = [p.name for p in ABLATIONS if p.name not in ("abl-111", "abl-000")]

@@ -1,6 +1,6 @@
 """Measure how fast the hazard estimator re-converges after a 1.7x step, and what that speed costs.
 
-SPEC §2: after a 1.7x shift the estimate must be back within 10% (paper: 18 min). Setup: a campus of
+design §2: after a 1.7x shift the estimate must be back within 10% (paper: 18 min). Setup: a campus of
 `n_nodes` lent nodes in `groups` buildings (nodes dealt round-robin), stationary emergency hazard
 `base_per_h` per node for `warmup_h` hours (so the hour-of-day profile has history), then the hazard
 steps to 1.7x. Each replicate feeds the estimator one minute of exposure and departures at a time and

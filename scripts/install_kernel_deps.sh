@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the Debian packages that kernel enforcement (SPEC §4) and its tests/benchmark need, only those
+# Install the Debian packages that kernel enforcement (design §4) and its tests/benchmark need, only those
 # missing. Idempotent: a second run installs nothing and says so. Called by `make test` and `make bench-net`.
 #   python3-bpfcc bpfcc-tools   BCC, loads bpf/*.bpf.c (never the unrelated PyPI package "bcc")
 #   linux-headers-<arch>        headers BCC compiles against (merged at run time, see nodeagent/enforcement/bccshim.py)

@@ -1,4 +1,4 @@
-"""A literal, per-job-loop implementation of SPEC §2-§4, written the way the SPEC reads.
+"""A literal, per-job-loop implementation of design §2-§4, written the way docs/design.md reads.
 
 It is the reference the benchmark (`scripts/bench_scheduler.py`) times `scheduler/` against and the
 tests compare answers with. Deliberately plain Python: lists, dicts and for loops, no numpy on the
@@ -11,7 +11,7 @@ import math
 from collections import deque
 
 
-# ---------------------------------------------------------------- P1 (SPEC §2)
+# ---------------------------------------------------------------- P1 (design §2)
 def p1_allocate(lam: list[float], ckpt: list[float], budget: float, cap: list[float]) -> list[float]:
     """Theorem 1 then Lemma 2: fix over-cap jobs at the cap, subtract, re-solve (≤ K rounds)."""
     k = len(lam)
@@ -66,7 +66,7 @@ def p1_plan(jobs: list[dict], budget: float, beta: float = 0.2) -> tuple[list[di
     return out, cost
 
 
-# ---------------------------------------------------------------- P3 (SPEC §4)
+# ---------------------------------------------------------------- P3 (design §4)
 def p3_paths(flows: list[dict], link_capacity: list[float], beta: float = 0.3, b_min: float = 0.0) -> list[dict]:
     """Multi-bottleneck P3, flow by flow; each flow dict has "links" (link indices on its path)."""
     budget = [max(0.0, c - max(beta * c, b_min)) for c in link_capacity]
@@ -138,7 +138,7 @@ def p3_paths(flows: list[dict], link_capacity: list[float], beta: float = 0.3, b
     return res
 
 
-# ---------------------------------------------------------------- P2 (SPEC §3)
+# ---------------------------------------------------------------- P2 (design §3)
 class LiteralTree:
     """The campus tree as a dict of adjacency lists; paths found by walking parents."""
 
@@ -182,7 +182,7 @@ class LiteralTree:
 
 
 def p2_select(tree: LiteralTree, bw: list[float], nodes: list[dict], req: dict) -> tuple[str | None, dict]:
-    """SPEC §3 one node at a time; returns (destination id, {id: score}) over the candidates."""
+    """design §3 one node at a time; returns (destination id, {id: score}) over the candidates."""
     by_id = {n["id"]: n for n in nodes}
     src, holder = req["source"], req.get("ckpt_holder", req["source"])
     c, tr = req["ckpt_bytes"], req.get("restart_s", 0.0)

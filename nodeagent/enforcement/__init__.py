@@ -1,4 +1,4 @@
-"""Edge enforcement for the node agent (SPEC §4 "Enforcement").
+"""Edge enforcement for the node agent (design §4 "Enforcement").
 
 Typical use::
 

@@ -1,7 +1,7 @@
-"""The node agent's view of edge enforcement (SPEC §4 "Enforcement"): what it asks for, whatever the backend.
+"""The node agent's view of edge enforcement (design §4 "Enforcement"): what it asks for, whatever the backend.
 
 The agent hands an :class:`Enforcer` the admitted flows of P3 (destination, class, rate) and flips the
-provider's kill-switch; the backend decides how the kernel does it. Units are SI (SPEC §5): bytes per second.
+provider's kill-switch; the backend decides how the kernel does it. Units are SI (design §5): bytes per second.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class EnforcementError(RuntimeError):
 
 
 class FlowClass(IntEnum):
-    """Traffic classes of SPEC §4; the values equal the RN_CLASS_* constants of bpf/reclaimnet.h."""
+    """Traffic classes of design §4; the values equal the RN_CLASS_* constants of bpf/reclaimnet.h."""
 
     EMERGENCY = 0  # emergency checkpoint metadata
     MIGRATION = 1  # planned migration
@@ -29,15 +29,15 @@ class FlowClass(IntEnum):
 
     @property
     def dscp(self) -> int:
-        """DSCP code point stamped on this class's packets (SPEC §4: EF 46, AF41 34, CS1 8, BE 0)."""
+        """DSCP code point stamped on this class's packets (design §4: EF 46, AF41 34, CS1 8, BE 0)."""
         return DSCP_BY_CLASS[self]
 
 
-DSCP_BY_CLASS: dict[FlowClass, int] = {cls: DSCP[cls.name.lower()] for cls in FlowClass}  # SPEC §4, one table
+DSCP_BY_CLASS: dict[FlowClass, int] = {cls: DSCP[cls.name.lower()] for cls in FlowClass}  # design §4, one table
 
 
 class KillSwitchMode(IntEnum):
-    """Kill-switch modes (SPEC §1, §4); values equal RN_KS_* of bpf/reclaimnet.h."""
+    """Kill-switch modes (design §1, §4); values equal RN_KS_* of bpf/reclaimnet.h."""
 
     OFF = 0
     NO_NEW = 1  # drop new inbound TCP connections (SYN); established transfers continue (scheduled reclaim)
@@ -46,7 +46,7 @@ class KillSwitchMode(IntEnum):
 
 @dataclass(frozen=True)
 class FlowSpec:
-    """One admitted egress flow (SPEC §4): traffic to ``dst_ip:dst_port`` gets ``rate_bytes_per_s``.
+    """One admitted egress flow (design §4): traffic to ``dst_ip:dst_port`` gets ``rate_bytes_per_s``.
 
     ``rate_bytes_per_s`` is a wire rate (Ethernet frames); TCP goodput is about 1448/1514 of it.
     """
@@ -86,7 +86,7 @@ def flow_label(key: tuple[str, int]) -> str:
 
 @dataclass(frozen=True)
 class LinkPlan:
-    """The bottleneck an enforcer shapes (SPEC §4): capacity B and research reserve B_res, bytes/s."""
+    """The bottleneck an enforcer shapes (design §4): capacity B and research reserve B_res, bytes/s."""
 
     capacity_bytes_per_s: int
     reserve_bytes_per_s: int
@@ -99,20 +99,20 @@ class LinkPlan:
 
     @property
     def migration_budget_bytes_per_s(self) -> int:
-        """B_mig = B - B_res (SPEC §4)."""
+        """B_mig = B - B_res (design §4)."""
         return self.capacity_bytes_per_s - self.reserve_bytes_per_s
 
     @classmethod
     def from_spec(
         cls, capacity_bytes_per_s: int, beta: float = 0.3, reserve_min_bytes_per_s: int = 0
     ) -> LinkPlan:
-        """B_res = max(beta * B, B_min) (SPEC §4), i.e. B minus P3's migration budget."""
+        """B_res = max(beta * B, B_min) (design §4), i.e. B minus P3's migration budget."""
         budget = int(migration_budget_bytes_per_s(capacity_bytes_per_s, beta, reserve_min_bytes_per_s))
         return cls(capacity_bytes_per_s, capacity_bytes_per_s - budget)
 
 
 def check_budget(plan: LinkPlan, flows: Iterable[FlowSpec]) -> None:
-    """Refuse a flow set that would eat into the research reserve (SPEC §4, Theorem 4: migration <= B - B_res)."""
+    """Refuse a flow set that would eat into the research reserve (design §4, Theorem 4: migration <= B - B_res)."""
     total = sum(f.rate_bytes_per_s for f in flows)
     if total > plan.migration_budget_bytes_per_s:
         raise ValueError(
@@ -123,7 +123,7 @@ def check_budget(plan: LinkPlan, flows: Iterable[FlowSpec]) -> None:
 
 @runtime_checkable
 class Enforcer(Protocol):
-    """What the node agent uses (SPEC §4 "Enforcement"). Backends: bpf_htb, bpf_tokenbucket, htb_u32, noop.
+    """What the node agent uses (design §4 "Enforcement"). Backends: bpf_htb, bpf_tokenbucket, htb_u32, noop.
 
     An enforcer owns what it attached to one device and removes it in :meth:`close` (also on ``with`` exit,
     at interpreter exit, and from the next agent's start if this process died).

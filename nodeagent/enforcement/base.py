@@ -1,4 +1,4 @@
-"""Bookkeeping every enforcement backend shares (SPEC §4 "Enforcement").
+"""Bookkeeping every enforcement backend shares (design §4 "Enforcement").
 
 The base class keeps the flow table, hands out HTB class numbers, checks the migration budget, serialises
 calls, and guarantees clean-up: ``close()`` from ``with``, from an ``atexit`` hook, and from ``__init__`` when
@@ -104,7 +104,7 @@ class BaseEnforcer:
         return self._next_minor - 1
 
     def set_flows(self, flows: Sequence[FlowSpec], *, replace: bool = False) -> None:
-        """Add or update flows in place (SPEC §4); ``replace`` also removes flows not listed.
+        """Add or update flows in place (design §4); ``replace`` also removes flows not listed.
 
         1. validate the whole resulting set against B_mig before touching the kernel;
         2. removals first (they free budget), then updates (change in place), then additions;
@@ -137,7 +137,7 @@ class BaseEnforcer:
                 self._set_ks(self._ks_mode, self._allowed_ports())
 
     def remove_flow(self, dst_ip: str, dst_port: int) -> bool:
-        """Stop enforcing one flow (SPEC §4); its later packets fall into the research class."""
+        """Stop enforcing one flow (design §4); its later packets fall into the research class."""
         self._check_open()
         key = flow_key(dst_ip, dst_port)
         with self._lock:
@@ -160,7 +160,7 @@ class BaseEnforcer:
         return self._ks_ports | migration
 
     def set_killswitch(self, mode: KillSwitchMode, allow_ports: Iterable[int] = ()) -> None:
-        """Switch the provider's kill-switch (SPEC §1, §4). Ports of enforced migration flows are always
+        """Switch the provider's kill-switch (design §1, §4). Ports of enforced migration flows are always
         allowed in STRICT mode, so scheduled-reclaim transfers finish."""
         self._check_open()
         with self._lock:
@@ -170,7 +170,7 @@ class BaseEnforcer:
         log.warning("kill-switch on %s set to %s", self.ifname, self._ks_mode.name)
 
     def read_counters(self) -> dict[str, Any]:
-        """Telemetry (SPEC §4): the backend name plus what the backend can count."""
+        """Telemetry (design §4): the backend name plus what the backend can count."""
         self._check_open()
         with self._lock:
             out: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Make Debian's BCC usable from the project venv (SPEC §4 "Enforcement"; see shared/STACK.md).
+"""Make Debian's BCC usable from the project venv (design §4 "Enforcement"; see shared/STACK.md).
 
 Two problems, two small fixes:
 

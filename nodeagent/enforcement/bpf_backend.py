@@ -1,4 +1,4 @@
-"""BPF backends of SPEC §4 "Enforcement": ``bpf_htb`` (ours) and ``bpf_tokenbucket`` (the paper's).
+"""BPF backends of design §4 "Enforcement": ``bpf_htb`` (ours) and ``bpf_tokenbucket`` (the paper's).
 
 ``bpf_htb``: bpf/flow_classifier.bpf.c on egress marks DSCP, counts, and steers each admitted flow into its
 own HTB class (rate = ceil = the flow's rate) under a root class at the link capacity; unlisted traffic lands
@@ -71,7 +71,7 @@ def _as(table_type: type, value: ct.Structure) -> Any:
 
 
 class BpfHtbEnforcer(BaseEnforcer):
-    """SPEC §4 enforcement with a BPF classifier steering flows into HTB classes (exact rates, no drops)."""
+    """design §4 enforcement with a BPF classifier steering flows into HTB classes (exact rates, no drops)."""
 
     backend_name = "bpf_htb"
     egress_source = "flow_classifier"
@@ -272,7 +272,7 @@ class BpfHtbEnforcer(BaseEnforcer):
 
 
 class BpfTokenBucketEnforcer(BpfHtbEnforcer):
-    """The paper's SPEC §4 mechanism: per-flow BPF token bucket that drops (no HTB), for comparison.
+    """The paper's design §4 mechanism: per-flow BPF token bucket that drops (no HTB), for comparison.
 
     ``drop_action`` "stolen" (default, what STACK.md found needed) or "shot" (the naive verdict).
     """

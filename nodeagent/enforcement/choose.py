@@ -1,4 +1,4 @@
-"""Pick the strongest enforcement the kernel allows (SPEC §4 "Enforcement"); the choice is reported in
+"""Pick the strongest enforcement the kernel allows (design §4 "Enforcement"); the choice is reported in
 telemetry as ``read_counters()["backend"]``.
 
 Order: ``bpf_htb`` (BPF classifier + HTB) > ``htb_u32`` (no BPF) > ``noop`` (not privileged). The paper's
@@ -77,7 +77,7 @@ def choose_backend() -> tuple[str, str]:
 
 
 def link_speed_bytes_per_s(ifname: str) -> int | None:
-    """The device's negotiated speed as bytes/s (SPEC §4's B for an access link), None when the driver does
+    """The device's negotiated speed as bytes/s (design §4's B for an access link), None when the driver does
     not report one (veth, many virtual NICs): then B must come from configuration."""
     try:
         mbit = int(Path(f"/sys/class/net/{ifname}/speed").read_text().strip())
@@ -113,7 +113,7 @@ def make_enforcer(
     fallback: bool = True,
     **kwargs: Any,
 ) -> Enforcer:
-    """Build an enforcer on ``ifname`` (SPEC §4). ``backend=None`` chooses with :func:`choose_backend`.
+    """Build an enforcer on ``ifname`` (design §4). ``backend=None`` chooses with :func:`choose_backend`.
 
     If the chosen backend fails to install and ``fallback`` is true, the next weaker one is tried
     (bpf_* -> htb_u32 -> noop), each failure logged; the returned object's ``backend_name`` says which won.

@@ -1,4 +1,4 @@
-"""``htb_u32``: SPEC §4 enforcement without BPF (when the kernel refuses BPF programs).
+"""``htb_u32``: design §4 enforcement without BPF (when the kernel refuses BPF programs).
 
 Same HTB tree as ``bpf_htb``; flows are steered by u32 filters on the HTB root instead of by BPF. What is lost:
 no DSCP marking (needs BPF or act_pedit), per-flow counters come from the HTB class counters, and the u32 match
@@ -47,7 +47,7 @@ def _flow_keys(spec: FlowSpec) -> tuple[int, list[str]]:
 
 
 class HtbU32Enforcer(BaseEnforcer):
-    """HTB classes + u32 steering (SPEC §4), the fallback when BPF is refused."""
+    """HTB classes + u32 steering (design §4), the fallback when BPF is refused."""
 
     backend_name = "htb_u32"
 

@@ -1,4 +1,4 @@
-"""A throw-away network of namespaces for the enforcement tests and ``make bench-net`` (SPEC §4).
+"""A throw-away network of namespaces for the enforcement tests and ``make bench-net`` (design §4).
 
 ``Lab`` builds ``n`` hosts, each in its own namespace ``rn-<tag>-h<i>`` with one veth ``rnh<i>`` (address
 10.<x>.0.<i+1>/24) plugged into a bridge ``rnbr`` that lives in a namespace of its own (``rn-<tag>-br``), so

@@ -1,4 +1,4 @@
-"""``noop``: the backend of last resort (SPEC §4). It enforces nothing and says so, loudly and repeatedly."""
+"""``noop``: the backend of last resort (design §4). It enforces nothing and says so, loudly and repeatedly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ctypes mirror of bpf/reclaimnet.h, the layout the kernel programs and the agent share (SPEC §4).
+"""ctypes mirror of bpf/reclaimnet.h, the layout the kernel programs and the agent share (design §4).
 
 :func:`header_constants` parses the RN_* ``#define`` lines of the header, so the numbers are read from the one
 place they are defined; :func:`check_layout` compares these ctypes sizes with the ones BCC compiled from the

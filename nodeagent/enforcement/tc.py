@@ -1,4 +1,4 @@
-"""pyroute2 plumbing for SPEC §4 "Enforcement": the HTB tree, clsact/BPF attachment, stale clean-up.
+"""pyroute2 plumbing for design §4 "Enforcement": the HTB tree, clsact/BPF attachment, stale clean-up.
 
 Handles: everything we create on a device carries the HTB major ``RN_HTB_MAJOR`` (0x524e, "RN") or, for BPF
 filters, a program name starting with ``rn_``; that is how a restarted agent recognises what a previous run
@@ -78,7 +78,7 @@ class ClassStats:
 
 
 class HtbTree:
-    """Root class at link capacity B, a default class keeping B_res, one class per admitted flow (SPEC §4)."""
+    """Root class at link capacity B, a default class keeping B_res, one class per admitted flow (design §4)."""
 
     def __init__(self, ipr: IPRoute, index: int, plan: LinkPlan) -> None:
         self.ipr = ipr
@@ -226,7 +226,7 @@ def remove_clsact_if_ours(ipr: IPRoute, index: int) -> bool:
 
 
 def cleanup_stale(ipr: IPRoute, index: int) -> list[str]:
-    """Remove what an earlier agent left on this device (SPEC §4: "everything it attaches it also removes").
+    """Remove what an earlier agent left on this device (design §4: "everything it attaches it also removes").
 
     1. our HTB root (major RN) goes, with all its classes;
     2. our ``rn_*`` BPF filters go from both clsact hooks; clsact itself goes if nothing else uses it.

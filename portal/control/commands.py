@@ -1,4 +1,4 @@
-"""Commands from the control plane to node agents, through the Channels group ``agent-<node id>`` (SPEC §1-§4).
+"""Commands from the control plane to node agents, through the Channels group ``agent-<node id>`` (design §1-§4).
 
 Commands are sent only after the current transaction commits, so an agent never acts on a decision that was
 rolled back (and never reports back before the rows it refers to are visible).

@@ -1,4 +1,4 @@
-"""The agent websocket consumer: one connection per node agent, one group ``agent-<node id>`` per node (SPEC §1).
+"""The agent websocket consumer: one connection per node agent, one group ``agent-<node id>`` per node (design §1).
 
 Authentication: the node's agent token in ``Authorization: Bearer …`` (refused before the handshake completes:
 HTTP 403), or — for clients that cannot set headers — in the first message ``{"type": "hello", "token": …}``

@@ -1,4 +1,4 @@
-"""Keep the estimates P1/P2/P3 read up to date (SPEC §2 estimators), using ``scheduler.estimators``.
+"""Keep the estimates P1/P2/P3 read up to date (design §2 estimators), using ``scheduler.estimators``.
 
 - Bandwidth: each access link's available bandwidth = capacity - the egress its agent measured (heartbeat
   telemetry stored as BandwidthSample); a BandwidthEstimator gives the mean and the lower bound B⁻ written to

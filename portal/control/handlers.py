@@ -1,4 +1,4 @@
-"""What the portal does with each agent message (SPEC §1-§4). Called by the consumer in a worker thread.
+"""What the portal does with each agent message (design §1-§4). Called by the consumer in a worker thread.
 
 Each handler checks that the message concerns this node (its job's open placement, a transfer it is party
 to) and raises :class:`RefusedError` otherwise — before changing anything. Facts are recorded here; the workflow

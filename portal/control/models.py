@@ -1,4 +1,4 @@
-"""Control-plane state kept beside the core model (SPEC §1-§4): agent sessions, transfers, migration progress.
+"""Control-plane state kept beside the core model (design §1-§4): agent sessions, transfers, migration progress.
 
 Nothing here is a lifecycle state of a core object: jobs and nodes move only through ``portal.core.lifecycle``.
 These rows record what the control plane asked agents to do and what they reported, so every task can re-read
@@ -97,7 +97,7 @@ class MigrationPhase(models.TextChoices):
 
 
 class MigrationWork(models.Model):
-    """Progress of one core ``Migration`` through warn → final checkpoint → transfer → resume (SPEC §1).
+    """Progress of one core ``Migration`` through warn → final checkpoint → transfer → resume (design §1).
 
     The timestamps split the downtime into decision, checkpoint, transfer and restart (benchmark).
     """
@@ -150,7 +150,7 @@ class ReclaimWork(models.Model):
 
 
 class RejectedMessage(models.Model):
-    """A websocket message refused by the consumer, with the reason (SPEC §1 identity; refusal audit)."""
+    """A websocket message refused by the consumer, with the reason (design §1 identity; refusal audit)."""
 
     node = models.ForeignKey("core.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     at = models.DateTimeField(auto_now_add=True, db_index=True)

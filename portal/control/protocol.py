@@ -1,4 +1,4 @@
-"""The agent websocket protocol (portal side): TypedDict payloads and their validation (SPEC §1-§4).
+"""The agent websocket protocol (portal side): TypedDict payloads and their validation (design §1-§4).
 
 Every message is a JSON object with a ``type``. :func:`validate` checks an agent message's shape (types of
 required fields, bounded sizes) before any handler runs; a :class:`ProtocolError` names what was wrong and the
@@ -115,7 +115,7 @@ class Welcome(TypedDict):
 
 
 class SetRate(TypedDict):
-    """P3 re-planned a transfer the node is sending (SPEC §4): pace it at ``rate_bytes_per_s`` from now on."""
+    """P3 re-planned a transfer the node is sending (design §4): pace it at ``rate_bytes_per_s`` from now on."""
 
     type: Literal["set_rate"]
     transfer_id: str

@@ -1,4 +1,4 @@
-"""Reclaim workflows (SPEC §1 warn → drain → force; §3 P2; §4 P3): scheduled, emergency, kill-switch, lost node.
+"""Reclaim workflows (design §1 warn → drain → force; §3 P2; §4 P3): scheduled, emergency, kill-switch, lost node.
 
 Each entry point claims its step once with a conditional UPDATE on ``ReclaimWork`` (so a redelivered Celery
 task or a concurrent tick does nothing twice) and moves nodes and jobs only through the lifecycles.
@@ -83,7 +83,7 @@ def run_reclaim(reclaim_id: int) -> str:
 
 def _emergency(reclaim: ReclaimEvent) -> str:
     """τ = 0 (emergency, kill-switch, lost heartbeat): stop everything on the node now, resume every job from
-    its freshest pre-synced replica (SPEC §1, §3)."""
+    its freshest pre-synced replica (design §1, §3)."""
     node = reclaim.node
     if reclaim.kind != ReclaimKind.HEARTBEAT_LOST:  # a silent node is not the provider's yet: stop jobs only
         commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
@@ -130,7 +130,7 @@ def _fail_transfers(which: Q) -> int:
 def expire_transfers() -> int:
     """Transfers whose sender never reported by the token's expiry (both agents may still be live: a hung or
     crashed sender process) are failed, and their migrations fall back to the replica path exactly as for a
-    lost node (SPEC §1). No new attempt can start (the receiver refuses an expired token), and a report that
+    lost node (design §1). No new attempt can start (the receiver refuses an expired token), and a report that
     still arrives finds the transfer failed and changes nothing (the handlers update only ``issued`` rows)."""
     now = timezone.now()
     overdue = []
@@ -181,7 +181,7 @@ def _plan_scheduled(reclaim: ReclaimEvent) -> str:
         plans.append((job, c_bytes, dest, decision_id))
     admitted, rates, reasons, p3_id = _admit(campus, reclaim, tau, plans)
     for (job, c_bytes, dest, decision_id), ok, rate, reason in zip(plans, admitted, rates, reasons, strict=True):
-        final_ok = ok and dest is not None  # P3 admitted ⇔ rate ≥ r_min = C/(τ − T_r) (SPEC §4, Theorem 3)
+        final_ok = ok and dest is not None  # P3 admitted ⇔ rate ≥ r_min = C/(τ − T_r) (design §4, Theorem 3)
         if final_ok:
             job_lifecycle.begin_migration(job)
             mig = Migration.objects.create(job=job, reclaim=reclaim, source=node, destination_id=dest,
@@ -203,7 +203,7 @@ def _plan_scheduled(reclaim: ReclaimEvent) -> str:
 
 def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
            plans: list[tuple[Job, float, int | None, object]]) -> tuple[list[bool], list[float], list[str | None], object]:
-    """P3 over the new flows and every planned migration still moving, re-planned jointly (SPEC §4).
+    """P3 over the new flows and every planned migration still moving, re-planned jointly (design §4).
 
     1. Flows: the new ones (time to this deadline) and each in-flight planned migration with its remaining
        bytes and the time left to *its own* deadline, so its r_min is recomputed (Theorem 3).
@@ -316,7 +316,7 @@ def release(reclaim_id: int) -> bool:
 
 
 def enforce_deadline(reclaim_id: int) -> str:
-    """The provider always wins at the deadline (SPEC §1): kill-switch on, unfinished final checkpoints fall back
+    """The provider always wins at the deadline (design §1): kill-switch on, unfinished final checkpoints fall back
     to the freshest replica, the node is reclaimed. Established transfers off the node may finish."""
     reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
     if reclaim.kind != ReclaimKind.SCHEDULED or reclaim.deadline_at > timezone.now():

@@ -1,4 +1,4 @@
-"""Websocket routes of the control plane (SPEC §1): node agents authenticate by token, no cookies."""
+"""Websocket routes of the control plane (design §1): node agents authenticate by token, no cookies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Adapter: load the campus from the database into the scheduler core's inputs (SPEC §2-§4, docs/scheduler-api.md).
+"""Adapter: load the campus from the database into the scheduler core's inputs (design §2-§4, docs/scheduler-api.md).
 
 The scheduler never imports Django; this module is the only place that turns rows into its frozen dataclasses
 (and the JSON views of them that go into the decision log).
@@ -175,7 +175,7 @@ def load_campus() -> Campus:
 
 
 def compatible_nodes(campus: Campus, checkpoint: Checkpoint | None) -> np.ndarray | None:
-    """A checkpoint taken on capability X is restorable on nodes with capability >= X (SPEC §1 compat record)."""
+    """A checkpoint taken on capability X is restorable on nodes with capability >= X (design §1 compat record)."""
     if checkpoint is None or checkpoint.compute_capability is None:
         return None
     return campus.capability >= float(checkpoint.compute_capability)
@@ -189,7 +189,7 @@ def build_p2(
     campus: Campus, job: Job, source_pk: int, holder_pk: int, ckpt_bytes: float, notice_s: float | None,
     checkpoint: Checkpoint | None, alpha: float, k_min: int,
 ) -> tuple[P2Request, dict[str, Any]]:
-    """The P2 request for one job (SPEC §3) and its JSON view (SPEC §5 p2 shape, node ids = pks)."""
+    """The P2 request for one job (design §3) and its JSON view (design §5 p2 shape, node ids = pks)."""
     req = P2Request(
         tree=campus.tree, link_bytes_per_s=campus.link_available_bytes_per_s, building=campus.building,
         free_gpus=campus.free_gpus, vram_gb=campus.vram_gb, capability=campus.capability,
@@ -214,7 +214,7 @@ def build_p2(
 
 
 def p2_view(campus: Campus, decision: P2Decision) -> dict[str, Any]:
-    """SPEC §5 p2 response with node pks."""
+    """design §5 p2 response with node pks."""
     pk = campus.node_pks
     return {
         "destination": None if decision.destination is None else pk[int(decision.destination)],
@@ -229,7 +229,7 @@ def p2_view(campus: Campus, decision: P2Decision) -> dict[str, Any]:
 
 def freshest_replica(job: Job, exclude_node_pk: int | None, live: set[int]) -> tuple[Checkpoint, int] | None:
     """The newest completed checkpoint of ``job`` held by a live node other than ``exclude_node_pk``
-    (its own writer counts when that node is alive and not excluded), with the holder's pk (SPEC §3)."""
+    (its own writer counts when that node is alive and not excluded), with the holder's pk (design §3)."""
     for ckpt in Checkpoint.objects.filter(job=job, completed_at__isnull=False).order_by("-sequence")[:20]:
         holders = set(ckpt.replica_nodes.values_list("pk", flat=True))
         if ckpt.node_id is not None:

@@ -1,4 +1,4 @@
-"""Celery tasks of the control plane (SPEC §1-§4). JSON arguments (ids only), late acks, idempotent bodies.
+"""Celery tasks of the control plane (design §1-§4). JSON arguments (ids only), late acks, idempotent bodies.
 
 Each task re-reads its rows and claims its work with conditional updates (``ReclaimWork`` columns,
 ``MigrationWork.phase`` under ``select_for_update``, lifecycle ``UPDATE … WHERE state = …``), so a redelivered

@@ -1,4 +1,4 @@
-"""What the control loop does every control period (SPEC §2 P1, §3 placement, §1 heartbeats and deadlines)."""
+"""What the control loop does every control period (design §2 P1, §3 placement, §1 heartbeats and deadlines)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ _started_monotonic = time.monotonic()
 
 
 def detect_lost_heartbeats() -> list[int]:
-    """Nodes silent for longer than HEARTBEAT_TIMEOUT_S: offline, jobs recovered (SPEC §1).
+    """Nodes silent for longer than HEARTBEAT_TIMEOUT_S: offline, jobs recovered (design §1).
 
     Nothing is declared lost during the first timeout after this process started: after a control-plane
     restart every node looks silent until its agent has reconnected.
@@ -117,7 +117,7 @@ def p1_tick() -> int:
     """P1 per source node: split the node's checkpoint budget among its running jobs, set their intervals.
 
     B_ckpt of a node = CHECKPOINT_BUDGET_FRACTION * its access link's available bandwidth, minus the rates of
-    planned migrations leaving it (pre-sync uses what migrations leave, SPEC §4). Logged when it changes.
+    planned migrations leaving it (pre-sync uses what migrations leave, design §4). Logged when it changes.
     """
     placements = list(Placement.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING)
                       .select_related("job", "node", "node__access_link"))
@@ -173,7 +173,7 @@ PRIORITY_ORDER = {PriorityClass.INTERACTIVE: 0, PriorityClass.STANDARD: 1, Prior
 
 
 def place_job(job_id: int) -> str:
-    """Place one queued job (SPEC §3 feasibility): resume it from its freshest checkpoint if it has one
+    """Place one queued job (design §3 feasibility): resume it from its freshest checkpoint if it has one
     (P2 from the holder; the holder itself if feasible), else start it on the feasible node with the highest
     survival over its remaining runtime (ties: smallest id). Idempotent: a job with an open placement or a
     migration on its way is left alone."""
@@ -260,7 +260,7 @@ def expire_starts() -> None:
 
 
 def presync(checkpoint_id: int) -> str:
-    """Copy a completed checkpoint to a replica holder on another node (SPEC §1 pre-sync, CS1 at P1's rate).
+    """Copy a completed checkpoint to a replica holder on another node (design §1 pre-sync, CS1 at P1's rate).
 
     The holder is sticky per job while it stays online; otherwise an online node in the same building first,
     then the lowest-hazard one, then the smallest id."""
@@ -289,7 +289,7 @@ def presync(checkpoint_id: int) -> str:
             holder = min(candidates, key=lambda c: (c[1] != building, hours[c[0]], c[0]))[0]
             reason = "same building first, then lowest hazard, then smallest id"
         rate = job.checkpoint_bandwidth_bytes_per_s or None
-        # The holder choice is a decision like any other (SPEC §5): its inputs and answer go to the log.
+        # The holder choice is a decision like any other (design §5): its inputs and answer go to the log.
         log_decision("p2", {"presync": {"checkpoint": ckpt.pk, "sequence": ckpt.sequence, "source": ckpt.node_id,
                                         "source_building": building, "previous_holder": rt.replica_node_id,
                                         "candidates": [{"id": pk, "building": b, "hazard_per_s": hours[pk]}

@@ -1,4 +1,4 @@
-"""Migration workflow steps shared by reclaims, lost nodes and placement (SPEC §1, §3, §4).
+"""Migration workflow steps shared by reclaims, lost nodes and placement (design §1, §3, §4).
 
 A migration moves through ``MigrationWork.phase``:
 ``checkpointing`` (planned: waiting for the final checkpoint) → ``transferring`` (checkpoint copied to the
@@ -61,7 +61,7 @@ def rn(key: str) -> Any:
 
 def log_decision(kind: str, request: dict[str, Any], response: dict[str, Any], *, job: Job | None = None,
                  reclaim: ReclaimEvent | None = None) -> uuid.UUID:
-    """Every scheduler decision goes to the decision log with its JSON input and output (SPEC §5)."""
+    """Every scheduler decision goes to the decision log with its JSON input and output (design §5)."""
     row = DecisionLog.objects.create(kind=kind, request=request, response=response, job=job, reclaim=reclaim)
     return row.decision_id
 
@@ -155,7 +155,7 @@ def issue_transfer(ckpt: Checkpoint, source_pk: int, dest_pk: int, purpose: str,
 
 
 def emergency_rate(campus: Campus, src_pk: int, dst_pk: int) -> float:
-    """Recovery copies have no deadline: the migration budget of the path's bottleneck (SPEC §4)."""
+    """Recovery copies have no deadline: the migration budget of the path's bottleneck (design §4)."""
     bottleneck = campus.bottleneck_bytes_per_s(src_pk, dst_pk, capacity=True)
     return max(1.0, float(migration_budget_bytes_per_s(bottleneck, rn("RESERVE_FRACTION"),
                                                         rn("RESERVE_MIN_BYTES_PER_S"))))
@@ -199,7 +199,7 @@ def to_waiting(work: MigrationWork, detail: str) -> None:
 
 def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None, reason: str,
                          work: MigrationWork | None = None, campus: Campus | None = None) -> MigrationWork:
-    """Degraded recovery (SPEC §3 emergency): P2 from the freshest checkpoint copied off ``source_pk``.
+    """Degraded recovery (design §3 emergency): P2 from the freshest checkpoint copied off ``source_pk``.
 
     1. Stop the job on the source (if still reachable), close its placement, move it to ``migrating``.
     2. Find the freshest replica held by a live node other than the source.

@@ -1,4 +1,4 @@
-"""Prometheus metrics at ``/metrics`` (SPEC §6 quantities: nodes, jobs, reclaims, migrations, work lost).
+"""Prometheus metrics at ``/metrics`` (design §6 quantities: nodes, jobs, reclaims, migrations, work lost).
 
 Values are read from the database at scrape time by a custom collector, so every portal process reports the
 same numbers and nothing has to be kept in process memory.

@@ -175,7 +175,8 @@ def run_in_process(message: OutboxMessage) -> None:
     """Publisher of the embedded default and of ``inline`` mode: run the task body in this process."""
     from portal.celery import app  # the Celery app is the task registry; nothing is sent to a broker
 
-    app.loader.import_default_modules()
+    if message.task_name not in app.tasks:
+        app.loader.import_default_modules()  # registers the tasks (autodiscovery), once per process
     task = app.tasks[message.task_name]
     task.run(*message.args)
 

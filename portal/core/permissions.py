@@ -1,4 +1,4 @@
-"""Roles and object-level permissions (SPEC §1 "identity is the mechanism").
+"""Roles and object-level permissions (design §1 "identity is the mechanism").
 
 Roles, derived from membership (no separate role table):
 

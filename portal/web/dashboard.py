@@ -98,7 +98,7 @@ def lent_gpu_count() -> int:
 
 
 def utilisation() -> Table:
-    """GPU utilisation over time: busy GPU-time of placements / GPUs lent now (SPEC §6 "GPU util %")."""
+    """GPU utilisation over time: busy GPU-time of placements / GPUs lent now (design §6 "GPU util %")."""
     now = timezone.now()
     since = now - timedelta(days=WINDOW_DAYS)
     placements = list(
@@ -179,7 +179,7 @@ def hazard_profile() -> Table:
 
 
 def migrations_over_time() -> Table:
-    """Work lost, migration success and median/p99 downtime per period (SPEC §6 columns)."""
+    """Work lost, migration success and median/p99 downtime per period (design §6 columns)."""
     now = timezone.now()
     migrations = list(
         Migration.objects.filter(started_at__gte=now - timedelta(days=WINDOW_DAYS))
@@ -218,7 +218,7 @@ def migrations_over_time() -> Table:
 def _p3_entries(decision: DecisionLog, link_names: dict[int, str]) -> list[dict[str, Any]]:
     """One entry per bottleneck a P3 decision covered.
 
-    Two shapes are read: SPEC §5's single bottleneck (``capacity_bytes_per_s`` + ``flows``) and the control
+    Two shapes are read: design §5's single bottleneck (``capacity_bytes_per_s`` + ``flows``) and the control
     plane's campus-wide one (``links: [{id, bytes_per_s}]``, each flow listing the indices of its path's links).
     """
     request, response = decision.request or {}, decision.response or {}
@@ -250,7 +250,7 @@ def _entry(
     name: str, capacity: float, budget: float | None, beta: float, reserve_min: float, ids: list[str],
     rates: dict[str, float], degraded: set[str], request: dict[str, Any], decision: DecisionLog,
 ) -> dict[str, Any]:
-    if budget is None:  # SPEC §4: B_mig = max(0, B - max(beta B, B_min))
+    if budget is None:  # design §4: B_mig = max(0, B - max(beta B, B_min))
         budget = float(migration_budget_bytes_per_s(capacity, beta, reserve_min))
     rate = sum(rates.get(i, 0.0) for i in ids)
     return {
@@ -261,7 +261,7 @@ def _entry(
 
 
 def traffic() -> Table:
-    """The latest P3 admission per bottleneck and what it leaves research traffic (SPEC §4).
+    """The latest P3 admission per bottleneck and what it leaves research traffic (design §4).
 
     Research-traffic degradation is the share of research demand the link cannot carry beside the admitted
     migrations, when the decision recorded that demand (``research_bytes_per_s``); else the share of the

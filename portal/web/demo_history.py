@@ -2,7 +2,7 @@
 
 The control plane writes this history as it runs; a fresh demo or a browser test has none, and an empty
 dashboard shows nothing. This writes two days of it in the shape the control plane would: nodes online, jobs
-placed and checkpointed, scheduled and emergency reclaims at the paper's peak hours (SPEC §6: 11:30-13:00 and
+placed and checkpointed, scheduled and emergency reclaims at the paper's peak hours (design §6: 11:30-13:00 and
 17:30-20:00, 42 % emergency), migrations (planned/degraded, downtime, work lost), an hourly campus hazard
 profile, bandwidth samples and estimates per building uplink, and P1/P3 decisions.
 
@@ -99,7 +99,7 @@ def _hazard_and_bandwidth(rng: random.Random, now: datetime, start: datetime) ->
     t = start
     while t < now:
         hour = timezone.localtime(t).hour
-        # Available bandwidth dips when reclaims peak (SPEC §6: corr(λ, B_eff) = -0.43).
+        # Available bandwidth dips when reclaims peak (design §6: corr(λ, B_eff) = -0.43).
         busy = 0.45 if hourly_hazard_per_s(hour) > hourly_hazard_per_s(0) else 0.8
         for link in uplinks:
             samples.append(BandwidthSample(link=link, sampled_at=t,

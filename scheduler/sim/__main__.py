@@ -1,4 +1,4 @@
-"""CLI (SPEC §7): ``python -m scheduler.sim --trace FILE --policy NAME --json``.
+"""CLI (design §7): ``python -m scheduler.sim --trace FILE --policy NAME --json``.
 
 Bad input exits 2 with one JSON object ``{"error": "..."}`` naming the field, nothing else printed.
 """
@@ -22,8 +22,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(prog="python -m scheduler.sim", description="ReclaimNet campus simulator (SPEC §7)")
-    ap.add_argument("--trace", required=True, help="SPEC §7 JSON file or CSV folder, or ext:NAME")
+    ap = _Parser(prog="python -m scheduler.sim", description="ReclaimNet campus simulator (design §7)")
+    ap.add_argument("--trace", required=True, help="design §7 JSON file or CSV folder, or ext:NAME")
     ap.add_argument("--policy", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object (the default output)")

@@ -1,4 +1,4 @@
-"""Adapters from the external traces in ../shared/traces (see its README) to the campus model (SPEC §7).
+"""Adapters from the external traces in ../shared/traces (see its README) to the campus model (design §7).
 
 None of these traces is a campus log, so each is mapped explicitly (the evaluation report repeats this):
 - bamboo ``t_ms,add|remove,nodeN`` (AWS spot pools): every instance occupies a campus node slot while it
@@ -184,7 +184,7 @@ def load_external(name: str, seed: int = 0, root: Path | None = None) -> Trace:
 
 
 def load_any(spec: str, seed: int = 0) -> Trace:
-    """SPEC §7 JSON/CSV folder, ``ext:NAME``, or a raw bamboo CSV / skypilot JSON / alibaba pod CSV."""
+    """design §7 JSON/CSV folder, ``ext:NAME``, or a raw bamboo CSV / skypilot JSON / alibaba pod CSV."""
     if spec.startswith("ext:"):
         return load_external(spec[4:], seed)
     p = Path(spec)

@@ -1,7 +1,7 @@
-"""Control-period planning and link shares of the simulator (SPEC §2 P1, §4 P3): a mixin of `Simulator`.
+"""Control-period planning and link shares of the simulator (design §2 P1, §4 P3): a mixin of `Simulator`.
 
 P1 plans every running job's checkpoint interval Δ_i and guaranteed pre-sync rate b_i against the node's
-checkpoint budget B_ckpt = (1 - β)·B⁻ - admitted planned migrations (SPEC §4: the link capacity less the
+checkpoint budget B_ckpt = (1 - β)·B⁻ - admitted planned migrations (design §4: the link capacity less the
 research reserve less AF41), P3 admits planned migrations, and `_rates` turns both into actual rates
 (`scheduler.sim.network.allocate`): a checkpoint stall lasts C / (its actual rate) under every policy.
 """
@@ -18,7 +18,7 @@ from scheduler.sim.network import LINE_RATE_BYTES_PER_S, allocate
 
 LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
 MIN_RATE_BYTES_PER_S = 1e5
-P1_BETA = 0.2  # SPEC §2 Eq. 9 β
+P1_BETA = 0.2  # design §2 Eq. 9 β
 RUNNING = 2  # engine state code (engine.FUTURE, QUEUED, RUNNING, ...)
 
 
@@ -32,7 +32,7 @@ class ControlMixin:
 
     # ---- interval / bandwidth planning (P1) ------------------------------------------------------
     def _replan(self, t: float, idx: np.ndarray | None = None) -> None:
-        """Per-control-period P1 plan for running jobs (SPEC §2), then remap their cycle positions."""
+        """Per-control-period P1 plan for running jobs (design §2), then remap their cycle positions."""
         if idx is None:
             idx = np.flatnonzero(self.st == RUNNING)
         if idx.size == 0:
@@ -52,7 +52,7 @@ class ControlMixin:
             self._remap(idx, plan.interval_s, self.C[idx] / b)
             return
         # node budget B_ckpt: the access link's capacity (lower bound B⁻) less the research reserve less
-        # admitted planned migrations (SPEC §4 "pre-sync traffic uses what planned migrations leave")
+        # admitted planned migrations (design §4 "pre-sync traffic uses what planned migrations leave")
         af = np.zeros(self.n_links)
         for f in self.flows:
             if not np.isnan(f["shaped"]):
@@ -133,7 +133,7 @@ class ControlMixin:
                 self._remap(w, self.delta[w], new_s[ch])
 
     def _admit(self, t: float) -> None:
-        """P3 (SPEC §4) over all planned flows still inside their notice window; others ride CS1."""
+        """P3 (design §4) over all planned flows still inside their notice window; others ride CS1."""
         planned = [k for k, f in enumerate(self.flows) if f["kind"] in ("planned", "drain") and f["deadline"] > t]
         for f in self.flows:
             f["shaped"] = np.nan

@@ -1,4 +1,4 @@
-"""Closed-form checkpoint-cycle arithmetic (SPEC §2 model behind L(Δ) = λΔ/2 + C/(BΔ)).
+"""Closed-form checkpoint-cycle arithmetic (design §2 model behind L(Δ) = λΔ/2 + C/(BΔ)).
 
 A running job's state is its position p in a cycle of Δ seconds of work followed by an s = C/b second
 checkpoint stall (p < Δ: working; Δ <= p < Δ + s: writing). Everything is vectorised over jobs;

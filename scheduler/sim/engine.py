@@ -1,4 +1,4 @@
-"""Discrete-event campus simulator (issue 7) driving the production P1/P2/P3 code (SPEC §2-§4).
+"""Discrete-event campus simulator driving the production P1/P2/P3 code (design §2-§4).
 
 Time advances from event to event (submissions, reclaim notices and deadlines, node returns, transfer and
 restart completions, job completions) and at every control period (default 600 s: bandwidth samples,
@@ -44,7 +44,7 @@ class Interruption:
 
 @dataclass
 class SimResult:
-    """Raw accumulators of one run; `scheduler.sim.metrics.summarise` turns them into SPEC §7 numbers."""
+    """Raw accumulators of one run; `scheduler.sim.metrics.summarise` turns them into design §7 numbers."""
 
     policy: str
     lost_gpu_s: float = 0.0
@@ -127,7 +127,7 @@ class Simulator(ControlMixin):
 
     # ---- trace preprocessing -------------------------------------------------------------------
     def _sampled(self, table: str, default: np.ndarray) -> np.ndarray:
-        """(n_links, n_epochs) piecewise-constant samples at each control period start (SPEC §7)."""
+        """(n_links, n_epochs) piecewise-constant samples at each control period start (design §7)."""
         out = np.repeat(np.asarray(default, dtype=float)[:, None], self.n_epochs, axis=1)
         if table not in self.tr.tables:
             return out
@@ -151,7 +151,7 @@ class Simulator(ControlMixin):
         return self.profile
 
     def _trace_means(self) -> None:
-        """Trace-wide means for `static` and hour-of-day means for `tv` (issue 7 policy list)."""
+        """Trace-wide means for `static` and hour-of-day means for `tv` (the evaluated policies)."""
         em = self.rc_notice == 0
         away = np.minimum(np.nan_to_num(self.rc_ret, nan=self.tr.horizon_s), self.tr.horizon_s)
         away = away - np.minimum(self.rc_dead, self.tr.horizon_s)
@@ -417,7 +417,7 @@ class Simulator(ControlMixin):
                 self._occupy(j, dst)
                 self._start_flow(j, n, dst, t, "planned", t + tau)
             elif self._final_fits(j, n, tau, 0.0):
-                # warn → drain → force (seed 001) with no destination yet: the final checkpoint goes to the
+                # warn → drain → force (design §1) with no destination yet: the final checkpoint goes to the
                 # pre-sync replica and the job waits in the queue without losing work
                 self._drain(j, t)
                 self._start_flow(j, n, int(self.buddy[n]), t, "drain", t + tau)
@@ -559,7 +559,7 @@ class Simulator(ControlMixin):
         if self.lam_true is not None:
             self.lam_now = float(self.lam_true[e])
         resid = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
-        # a handful of noisy 100 ms egress-counter samples of the available bandwidth (SPEC §2)
+        # a handful of noisy 100 ms egress-counter samples of the available bandwidth (design §2)
         for i in range(3):
             noise = self.rng.lognormal(0.0, 0.1, self.n_links)
             self.bwe.observe(t + 0.1 * i, resid * noise)

@@ -1,4 +1,4 @@
-"""Turn a SimResult into the SPEC §7 numbers (and a few more for the evaluation report, issue 7).
+"""Turn a SimResult into the design §7 numbers (and a few more for the evaluation report).
 
 Definitions (stated in the report too):
 - work_lost_gpu_h: GPU-hours of progress lost at reclaims (work redone from the last durable checkpoint)
@@ -27,7 +27,7 @@ from scheduler.sim.engine import SimResult
 
 
 def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
-    """SPEC §7 keys first, then extras; plain floats/ints only (JSON-ready)."""
+    """design §7 keys first, then extras; plain floats/ints only (JSON-ready)."""
     ints = r.interruptions
     down = np.array([(x.t_resume_s if np.isfinite(x.t_resume_s) else horizon_s) - x.t_stop_s for x in ints])
     moved = np.array([np.isfinite(x.t_resume_s) and x.dest >= 0 and x.dest != x.source for x in ints], dtype=bool)

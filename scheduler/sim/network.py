@@ -1,11 +1,11 @@
-"""Link-rate model of the simulator: who gets how much of each campus link (SPEC §1, §4).
+"""Link-rate model of the simulator: who gets how much of each campus link (design §1, §4).
 
 A pre-sync writer (a running job's checkpoint copy off the node) only transfers during its write, a
 fraction `duty` = s/(Δ+s) of the time. Both regimes count the writers it competes with the same way, by
 their expected number writing at the same time (the sum of the other writers' duties on that link), and
 under both a stall lasts C / (the rate it gets), so every policy's checkpoint is charged by one rule.
 
-- ``p3`` (HTB at the provider egress, SPEC §4): admitted planned migrations (AF41) get their shaped P3
+- ``p3`` (HTB at the provider egress, design §4): admitted planned migrations (AF41) get their shaped P3
   rate; research (best effort) keeps its reserve min(R, β·B); each pre-sync writer (CS1) is guaranteed
   its P1 rate b_i and borrows, work-conservingly, the unused part of its node's checkpoint budget
   B_ckpt (its ceil: capacity − reserve − admitted migrations, as P1 planned it), never the reserve;
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LINE_RATE_BYTES_PER_S = 125e6  # 1 Gbit/s access line rate: the demand of an unshaped bulk flow
-RESERVE_FRACTION = 0.3  # SPEC §4 β: research reserve per bottleneck
+RESERVE_FRACTION = 0.3  # design §4 β: research reserve per bottleneck
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Policy definitions for the simulator (issue 7): which parts of ReclaimNet (SPEC §2-§4) are on.
+"""Policy definitions for the simulator: which parts of ReclaimNet (design §2-§4) are on.
 
 A policy is a frozen `Policy` of switches; the engine reads them and calls the production code in
 `scheduler.p1`, `scheduler.p2`, `scheduler.p3` where a switch says so. Nothing here re-implements P1/P2/P3.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Policy:
-    """Switches of one simulated policy (issue 7 list of policies)."""
+    """Switches of one simulated policy (one of the evaluated policies)."""
 
     name: str
     interval: str = "p1"
@@ -32,9 +32,9 @@ class Policy:
     requeue_delay_s: float = 0.0
     migrate: bool = True
     # Eq. 9 plans with L_max · scale: 0.5 bounds Δ by L_max itself (every emergency loses ≤ Δ + C/b)
-    # instead of 2·L_max (an expected loss of L_max); evaluation-only, not a SPEC §7 name
+    # instead of 2·L_max (an expected loss of L_max); evaluation-only, not a design §7 name
     loss_budget_scale: float = 1.0
-    # research reserve β of P3 (SPEC §4): 0.3, or if set, max(0.3, this quantile of research's share of the
+    # research reserve β of P3 (design §4): 0.3, or if set, max(0.3, this quantile of research's share of the
     # link over all links and 10-minute samples of the first (calibration) week): a campus sizing its
     # reserve from its own logs
     reserve_quantile: float | None = None
@@ -54,14 +54,14 @@ _NAMED: dict[str, Policy] = {
     "no-admission": Policy("no-admission", traffic="tcp"),
     "tv-fixed": Policy("tv-fixed", interval="tv"),
     "oracle": Policy("oracle", interval="oracle", destination="oracle", traffic="p3"),
-    # not in SPEC §7: ReclaimNet with P1 fed the true λ(t) and available bandwidth (P2/P3 unchanged),
+    # not in design §7: ReclaimNet with P1 fed the true λ(t) and available bandwidth (P2/P3 unchanged),
     # to separate the cost of estimating λ and B from the mechanism itself
     "informed": Policy("informed", interval="informed"),
-    # not in SPEC §7: ReclaimNet reading the loss budget as a bound on every emergency, not its mean
+    # not in design §7: ReclaimNet reading the loss budget as a bound on every emergency, not its mean
     "reclaimnet-strict": Policy("reclaimnet-strict", loss_budget_scale=0.5),
-    # not in SPEC §7: ReclaimNet with the research reserve sized from the calibration week's research share
+    # not in design §7: ReclaimNet with the research reserve sized from the calibration week's research share
     "reclaimnet-reserve": Policy("reclaimnet-reserve", reserve_quantile=0.95),
-    # not in SPEC §7: static Young/Daly held to the same loss budgets (Eq. 9's clip), to separate what the
+    # not in design §7: static Young/Daly held to the same loss budgets (Eq. 9's clip), to separate what the
     # budgets cost from what P1's adaptivity buys
     "static-budget": Policy("static-budget", interval="static-budget", bandwidth_split="equal",
                             destination="first_fit", traffic="tcp"),
@@ -83,7 +83,7 @@ ABLATIONS: tuple[Policy, ...] = tuple(ablation(a, b, c) for a in (True, False) f
 
 
 def get_policy(name: str) -> Policy:
-    """Policy by its SPEC §7 name (also ``fixed:SECONDS`` and ``abl-XYZ``); ValueError if unknown."""
+    """Policy by its design §7 name (also ``fixed:SECONDS`` and ``abl-XYZ``); ValueError if unknown."""
     if name in _NAMED:
         return _NAMED[name]
     if name.startswith("fixed:"):

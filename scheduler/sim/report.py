@@ -1,4 +1,4 @@
-"""Markdown evaluation report (issue 7): the paper's numbers (SPEC §6) beside the measured ones, the
+"""Markdown evaluation report: the paper's numbers (design §6) beside the measured ones, the
 targets with an honest pass/fail, the definitions used, and how external traces were mapped."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _findings(table: list[dict], abl_rows: list[dict], relaxed_rows: list[dict])
                        f"{_fmt(_exp(rows['static']))}, reclaimnet {_fmt(_exp(rows['reclaimnet']))}, informed "
                        f"{_fmt(_exp(rows['informed']))} GPU-h.")
     out.append("- Scheduled reclaims whose notice is shorter than C/b + T_r also lose work (the job runs to the "
-               "deadline), but P1's λ counts emergencies only (SPEC §2), so the realised loss hazard on jobs is "
+               "deadline), but P1's λ counts emergencies only (design §2), so the realised loss hazard on jobs is "
                "higher than the λ P1 plans with.")
     out.append("- Eq. 9's upper bound Δ ≤ 2·L_max makes the *expected* loss per reclaim ≈ L_max, not a bound: a "
                "reclaim late in a cycle loses up to Δ + C/b > L_max, so many emergencies on budget-bound jobs "
@@ -144,7 +144,7 @@ DEFINITIONS = """- **work lost (GPU-h)** = GPU-hours of progress lost at reclaim
   which saves just before each reclaim it foresees). Realised `lost_gpu_h` also contains scheduled
   reclaims whose notice was too short for a final checkpoint.
 - **GPU utilisation**: useful GPU-time (progress kept) / GPU-time from each job's first start to its end
-  (or the end of the trace). The paper's denominator (all lent GPU-time) is not recoverable from SPEC §6.
+  (or the end of the trace). The paper's denominator (all lent GPU-time) is not recoverable from design §6.
 - The simulator is event-driven with a 600 s control period (bandwidth samples, estimator updates, P1
   re-plan, P3 re-admission); between events progress, durability and stalls are closed-form."""
 
@@ -155,31 +155,31 @@ MODEL_NOTES = """- A running job alternates Δ of work with a synchronous checkp
   once (the sum of their duty cycles s/(Δ+s)) in both the TCP and the P3 regime. A unit test checks that
   for one job on a constant-bandwidth Poisson trace the simulated loss-plus-stall rate at P1's Δ and b
   equals P1's expected_cost within 3%. Emergency reclaim loses the progress since the last durable checkpoint; the replica holder
-  is where the recovery transfer starts (SPEC §3).
+  is where the recovery transfer starts (design §3).
 - Scheduled reclaim: P1's final-checkpoint test (C/b + T_r ≤ τ with b = P3's migration budget, 70% of
   the access link's B⁻) decides whether the job
   drains now and sends its final checkpoint straight to the P2 destination as a P3-admitted flow. If it
-  does not fit, the job keeps computing and is evicted at the deadline like an emergency (SPEC gives no
+  does not fit, the job keeps computing and is evicted at the deadline like an emergency (design §2 gives no
   other action).
 - Estimators are the production `HazardEstimator` (groups = buildings) and `BandwidthEstimator` fed with
   three noisy (sd 10%) samples per control period, one instance for each link's bandwidth (P3's capacity
-  B, hence P1's budget B_ckpt = (1 − 0.3)·B⁻ − admitted migrations, SPEC §4) and one for what research
+  B, hence P1's budget B_ckpt = (1 − 0.3)·B⁻ − admitted migrations, design §4) and one for what research
   leaves of it (P2's transfer-time estimates).
 - `static` = Lemma 1 at trace-wide means of λ and available bandwidth, first-fit, no P3; `tv-fixed` =
   Lemma 1 at trace-wide hour-of-day means (Theorem 2's state-independent policy) with P2/P3;
   `slurm-pr` = 10-minute checkpoints, notice ignored, requeue after 60 s, first fit, TCP;
   `no-migration` = checkpoints to local disk only, the job waits for its node to come back;
   ablation: P1 off = static interval + equal split, P2 off = first fit, P3 off = TCP sharing;
-  `informed` (not a SPEC §7 name) = ReclaimNet with P1 fed the true λ(t) and link bandwidth instead
+  `informed` (not a design §7 name) = ReclaimNet with P1 fed the true λ(t) and link bandwidth instead
   of the estimators' λ⁺ and B⁻ (P2/P3 unchanged): what perfect estimates would buy;
-  `reclaimnet-strict` (not a SPEC §7 name) = ReclaimNet with Eq. 9 fed L_max/2, so Δ ≤ L_max: the loss
+  `reclaimnet-strict` (not a design §7 name) = ReclaimNet with Eq. 9 fed L_max/2, so Δ ≤ L_max: the loss
   budget read as a bound on every emergency rather than on the expected loss;
-  `static-budget` (not a SPEC §7 name) = `static` with its interval clipped by Eq. 9 to the same loss
+  `static-budget` (not a design §7 name) = `static` with its interval clipped by Eq. 9 to the same loss
   budgets (the same `scheduler.p1.plan_checkpoints` call at trace-wide means): what the budgets cost a
   fixed-interval policy, apart from what P1's adaptivity buys;
-  `reclaimnet-reserve` (not a SPEC §7 name) = ReclaimNet with P3's research reserve β sized per campus as
+  `reclaimnet-reserve` (not a design §7 name) = ReclaimNet with P3's research reserve β sized per campus as
   max(0.3, the 95th percentile of research's share of the link over all links and 10-minute samples of the
-  first week), as a campus would set it from its own logs (SPEC §4 allows B_min for the same purpose); the
+  first week), as a campus would set it from its own logs (design §4 allows B_min for the same purpose); the
   run then covers the whole trace, that week included.
 - Links are shared by both directions (no full-duplex split); a gang job runs on one node; jobs queue
   FIFO with backfill and are first placed first-fit (the oracle: future-aware); pre-sync goes to a buddy
@@ -202,16 +202,16 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
     """Write report.md into `out` and return its path. `extra` (all optional): gap_rows, drift_rows,
     rep_rows, research_rows, fail_rows + fail_cols, oracle_theory, informed_pct, strict_success, strict_loss."""
     x = extra or {}
-    lines = ["# ReclaimNet trace-driven evaluation (issue 7)", ""]
+    lines = ["# ReclaimNet trace-driven evaluation", ""]
     if quick:
         lines += ["**QUICK RUN** (10-day campus, no external traces): not the evaluation of record.", ""]
-    lines += ["Numbers marked **paper** are copied from SPEC §6 (the paper's 54-node, two-month deployment);",
+    lines += ["Numbers marked **paper** are copied from design §6 (the paper's 54-node, two-month deployment);",
               "everything else is **measured** here by `scheduler.sim`, which drives the production",
               "`scheduler.p1`, `scheduler.p2`, `scheduler.p3` and `scheduler.estimators` code.", "",
-              f"Runtime of this evaluation: {runtime_s:.0f} s.", "", "## Generated campus trace vs SPEC §6", "",
+              f"Runtime of this evaluation: {runtime_s:.0f} s.", "", "## Generated campus trace vs design §6", "",
               "| statistic | generated (measured) | target (paper) |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in stats]
-    lines += ["", "Deviation: SPEC §6's *mean ≈ 0.99/h per spot-priced GPU-h* cannot hold together with 847",
+    lines += ["", "Deviation: design §6's *mean ≈ 0.99/h per spot-priced GPU-h* cannot hold together with 847",
               "departures over 54 nodes x 60 days (that is ≈ 0.011 departures per node-hour overall). The",
               "generator matches the departure count, the emergency share and the diurnal/drift shape, so its",
               "hazard level per lent node is far below 0.99/h; Young/Daly intervals are correspondingly long.",
@@ -223,7 +223,7 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
               "departures cannot exist, so this report keeps the count and states what it changes; the",
               "volatile-campus table runs the main contrasts at 8x and 32x this hazard.",
               "", "## Main comparison (measured)", "", _md(table, cols), "",
-              "## The paper's Table (paper, SPEC §6) next to the measured values", "",
+              "## The paper's Table (paper, design §6) next to the measured values", "",
               "| policy | loss GPU-h paper / measured (lost-only) | median downtime s paper / measured | "
               "success % paper / measured | degradation % paper / measured | util % paper / measured |",
               "|---|---|---|---|---|---|"]
@@ -276,7 +276,7 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
           f"{d0.get('mean_within_10pct_from_min')} min); " if d0 else "") + f"on the campus {_fmt(reconv_min)} min",
          drift_first is not None and drift_first <= 18),
     ]
-    lines += ["", "## Targets (issue 7) - reported, not asserted", "",
+    lines += ["", "## Targets - reported, not asserted", "",
               "The oracle is a strict lower bound (one local-disk write per reclaim that hits it, placement that",
               "dodges most reclaims), so its loss is close to zero. Against Poisson emergencies an online policy",
               "pays at least Lemma 1's sqrt(2λC/B) per unit time while the oracle pays λC/W; the ratio",

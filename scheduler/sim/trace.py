@@ -1,8 +1,8 @@
-"""Campus trace format (SPEC §7): load/validate/save as one JSON file or a folder of CSV files.
+"""Campus trace format (design §7): load/validate/save as one JSON file or a folder of CSV files.
 
 A trace is a frozen dataclass of numpy column arrays per table. Validation is a separate step that raises
 `TraceError` naming the offending field (``table.column``), so the CLI can exit 2 with ``{"error": ...}``.
-Two optional keys beyond SPEC §7 are understood: ``horizon_s`` (simulation end) and ``hazard`` (rows
+Two optional keys beyond design §7 are understood: ``horizon_s`` (simulation end) and ``hazard`` (rows
 ``t_s, per_s``: the generator's true per-node emergency hazard, used only to score the estimator).
 """
 
@@ -35,7 +35,7 @@ REQUIRED_TABLES = ("nodes", "links", "jobs", "reclaims", "bandwidth")
 
 
 class TraceError(ValueError):
-    """Invalid trace input; ``field`` names the offending table/column (SPEC §5/§7 error contract)."""
+    """Invalid trace input; ``field`` names the offending table/column (design §5/§7 error contract)."""
 
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(f"{field_name}: {message}")
@@ -95,7 +95,7 @@ def _column(table: str, name: str, values: list[Any]) -> np.ndarray:
 
 
 def from_rows(rows: dict[str, list[dict[str, Any]]], horizon_s: float | None = None) -> Trace:
-    """Build and validate a trace from row dicts (the JSON shape of SPEC §7)."""
+    """Build and validate a trace from row dicts (the JSON shape of design §7)."""
     if not isinstance(rows, dict):
         raise TraceError("trace", "expected an object with nodes, links, jobs, reclaims, bandwidth")
     tables: dict[str, dict[str, np.ndarray]] = {}
@@ -135,7 +135,7 @@ def _horizon(tables: dict[str, dict[str, np.ndarray]], hz: Any) -> float:
 
 
 def validate(tr: Trace) -> None:
-    """Check SPEC §7 semantics: ids unique, references resolve, values in range. Raises TraceError."""
+    """Check design §7 semantics: ids unique, references resolve, values in range. Raises TraceError."""
     nodes = tr.col("nodes", "id")
     if len(nodes) == 0:
         raise TraceError("nodes", "no nodes")
@@ -214,7 +214,7 @@ def to_json_obj(tr: Trace) -> dict[str, Any]:
 
 
 def save(tr: Trace, path: str | Path) -> None:
-    """Write JSON (path ends in .json) or a CSV folder (SPEC §7), plus horizon in meta.csv."""
+    """Write JSON (path ends in .json) or a CSV folder (design §7), plus horizon in meta.csv."""
     p = Path(path)
     if p.suffix == ".json":
         p.write_text(json.dumps(to_json_obj(tr), separators=(",", ":")))
@@ -231,7 +231,7 @@ def save(tr: Trace, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> Trace:
-    """Read a SPEC §7 trace from a JSON file or a CSV folder. Raises TraceError on bad input."""
+    """Read a design §7 trace from a JSON file or a CSV folder. Raises TraceError on bad input."""
     p = Path(path)
     if not p.exists():
         raise TraceError("trace", f"no such file or folder: {p}")

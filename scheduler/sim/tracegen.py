@@ -1,8 +1,8 @@
-"""Synthetic campus trace generator matching the paper's deployment statistics (SPEC §6), SPEC §7 output.
+"""Synthetic campus trace generator matching the paper's deployment statistics (design §6), design §7 output.
 
     python -m scheduler.sim.tracegen --out trace.json|FOLDER [--days 60] [--seed 1]   (FOLDER: CSV files)
 
-Prints every generated statistic next to its SPEC §6 target. Model (all times in seconds):
+Prints every generated statistic next to its design §6 target. Model (all times in seconds):
 - emergency hazard λ(t) = base · diurnal(hour) · drift(t): diurnal has smooth peaks 11:30-13:00 and
   17:30-20:00 reaching ~6x the off-peak level; drift multiplies by 1.7 from day 35 to day 42;
 - scheduled reclaims are a flatter process sized so 42% of departures are emergencies; notice ≥ 10 s;
@@ -27,7 +27,7 @@ DAY_S = 86400.0
 EPOCH_S = 600.0
 MBIT = 1e6 / 8.0
 INITIAL_NOTICE_S = 10.0  # notice of the reclaim at t = 0 that marks a node not lent when the trace starts
-GPU_MIX = (  # (name, count, gpus per node, vram_gb, capability) — SPEC §6, plus one 3090 to make 54
+GPU_MIX = (  # (name, count, gpus per node, vram_gb, capability) — design §6, plus one 3090 to make 54
     ("RTX3090", 21, 1, 24.0, 8.6), ("RTX4090", 15, 1, 24.0, 8.9),
     ("A100x4", 8, 4, 80.0, 8.0), ("A6000x2", 10, 2, 48.0, 8.6),
 )
@@ -35,7 +35,7 @@ GPU_MIX = (  # (name, count, gpus per node, vram_gb, capability) — SPEC §6, p
 
 @dataclass(frozen=True)
 class GenConfig:
-    """Generator knobs; defaults are SPEC §6's two-month, 54-node campus."""
+    """Generator knobs; defaults are design §6's two-month, 54-node campus."""
 
     days: float = 60.0
     seed: int = 1
@@ -169,7 +169,7 @@ def _departures(nodes: dict[str, np.ndarray], cfg: GenConfig, rng: np.random.Gen
 
 
 def _reclaim_rows(windows: list[list[list[float]]], node_ids: np.ndarray) -> dict[str, np.ndarray]:
-    """SPEC §7 reclaim rows from per-node lending windows [start, end, notice, emergency]: each finite end
+    """design §7 reclaim rows from per-node lending windows [start, end, notice, emergency]: each finite end
     is a reclaim returning when the next window opens; a node whose first window opens after t = 0 is
     reclaimed at 0 with INITIAL_NOTICE_S (or counts as lent from the start if it opens before that
     notice could end, so no row ever returns before its deadline)."""
@@ -199,7 +199,7 @@ def _reclaim_rows(windows: list[list[list[float]]], node_ids: np.ndarray) -> dic
 
 
 def _largest_burst(windows: list[list[list[float]]], bld: np.ndarray, size: int) -> None:
-    """Make sure one burst reaches `size` simultaneous departures (SPEC §6: up to 7) if any building ever
+    """Make sure one burst reaches `size` simultaneous departures (design §6: up to 7) if any building ever
     has that many nodes lent at an emergency: the emergency with the most lent peers takes them along."""
     rows = [(i, w) for i in range(len(windows)) for w in windows[i]]
     node = np.array([i for i, _ in rows])
@@ -275,7 +275,7 @@ def _jobs(cfg: GenConfig, rng: np.random.Generator, gpu_choices: np.ndarray | No
 
 
 def generate(cfg: GenConfig | None = None, gpu_choices: np.ndarray | None = None) -> Trace:
-    """Generate one deterministic trace for `cfg.seed` (SPEC §6 statistics, SPEC §7 format)."""
+    """Generate one deterministic trace for `cfg.seed` (design §6 statistics, design §7 format)."""
     cfg = cfg or GenConfig()
     nodes = _nodes(cfg, np.random.default_rng([cfg.seed, 1]))
     links = _links(nodes)
@@ -312,7 +312,7 @@ def _lent_node_s(rec: dict[str, np.ndarray], n_nodes: int, horizon: float) -> fl
 
 
 def statistics(tr: Trace) -> list[tuple[str, str, str]]:
-    """(statistic, generated, SPEC §6 target) rows."""
+    """(statistic, generated, design §6 target) rows."""
     n = tr.tables["nodes"]
     j = tr.tables["jobs"]
     r0 = tr.tables["reclaims"]
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                     drift_start_day=min(35.0, args.days * 0.55), drift_days=min(7.0, args.days * 0.12))
     tr = generate(cfg)
     save(tr, args.out)
-    print(f"{'statistic':38s} {'generated':44s} target (SPEC §6)")
+    print(f"{'statistic':38s} {'generated':44s} target (design §6)")
     for name, got, want in statistics(tr):
         print(f"{name:38s} {got:44s} {want}")
     print(f"wrote {args.out}")

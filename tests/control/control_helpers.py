@@ -1,4 +1,4 @@
-"""Helpers for control-plane tests: a small campus and a fake agent speaking the protocol (SPEC §1).
+"""Helpers for control-plane tests: a small campus and a fake agent speaking the protocol (design §1).
 
 A "fake agent" is a ``WebsocketCommunicator``, so the portal side is exercised without processes (the real agent
 is covered by tests/e2e).

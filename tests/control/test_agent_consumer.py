@@ -1,4 +1,4 @@
-"""The agent websocket: authentication, hello/heartbeat, and refusals that change nothing (SPEC §1 identity)."""
+"""The agent websocket: authentication, hello/heartbeat, and refusals that change nothing (design §1 identity)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The control tick keeps the estimates fresh from telemetry and departures (SPEC §2 estimators)."""
+"""The control tick keeps the estimates fresh from telemetry and departures (design §2 estimators)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Agent-side units without a portal: job helper library, data plane, configuration (SPEC §1, §2, §4)."""
+"""Agent-side units without a portal: job helper library, data plane, configuration (design §1, §2, §4)."""
 
 from __future__ import annotations
 

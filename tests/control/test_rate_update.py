@@ -1,4 +1,4 @@
-"""A running transfer follows a P3 rate update (SPEC §4 joint re-planning), measured on loopback."""
+"""A running transfer follows a P3 rate update (design §4 joint re-planning), measured on loopback."""
 
 from __future__ import annotations
 

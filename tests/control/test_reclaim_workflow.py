@@ -1,4 +1,4 @@
-"""Reclaim workflows through the real consumer and tasks with fake agents (SPEC §1 warn → drain → force, §3, §4)."""
+"""Reclaim workflows through the real consumer and tasks with fake agents (design §1 warn → drain → force, §3, §4)."""
 
 from __future__ import annotations
 
@@ -345,7 +345,7 @@ async def test_a_node_declared_lost_is_not_live_even_with_its_session_open() -> 
 async def test_overlapping_reclaims_replan_the_first_flow_jointly_and_push_its_new_rate() -> None:
     """Two scheduled reclaims whose migrations share the destination's access link: the second P3 decision
     re-plans the first flow (still transferring), persists its new rate, logs it and pushes ``set_rate`` to its
-    sender (SPEC §4, Theorem 3: never below its own r_min)."""
+    sender (design §4, Theorem 3: never below its own r_min)."""
     from portal.control.models import Transfer
     from portal.core.models import DecisionLog, Migration
     from portal.core.services.reclaims import request_reclaim

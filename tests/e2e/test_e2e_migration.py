@@ -1,4 +1,4 @@
-"""End to end on loopback (SPEC §1-§4): real PostgreSQL, Redis, Celery worker, daphne and three agents.
+"""End to end on loopback (design §1-§4): real PostgreSQL, Redis, Celery worker, daphne and three agents.
 
 The job is the deterministic numpy trainer, so any resume from a verified checkpoint ends with weights bitwise
 equal to an uninterrupted run; what differs between scenarios is how much work is redone (the loss).

@@ -1,4 +1,4 @@
-"""Fixtures for the enforcement tests (SPEC §4): a privilege/tool check and a per-test namespace lab.
+"""Fixtures for the enforcement tests (design §4): a privilege/tool check and a per-test namespace lab.
 
 Every test builds its own namespaces (``rn-<random>-*``) through the ``lab`` fixture, whose finalizer kills
 the processes it started and deletes the namespaces, whatever the test did.

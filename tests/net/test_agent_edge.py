@@ -1,4 +1,4 @@
-"""The node agent's enforcement seam (nodeagent.edge.Edge) engages the real kernel backend (SPEC §4).
+"""The node agent's enforcement seam (nodeagent.edge.Edge) engages the real kernel backend (design §4).
 
 Pins the contract between the agent and ``nodeagent.enforcement``: with root and BPF, an agent configured
 with an interface shapes its transfers in the kernel (not in userspace), arms the kill-switch there, reads

@@ -1,4 +1,4 @@
-"""DSCP marking and the kill-switch on real TCP (SPEC §4 "Enforcement", SPEC §1 kill-switch).
+"""DSCP marking and the kill-switch on real TCP (design §4 "Enforcement", design §1 kill-switch).
 
 DSCP is read at the receiver by its own kill-switch program (mode OFF), which counts received bytes per DSCP
 code point; the kill-switch is exercised with real connection attempts while a real transfer is running.

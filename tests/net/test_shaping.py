@@ -1,4 +1,4 @@
-"""Rates on real TCP (SPEC §4 "Enforcement", P3): BPF classifier + HTB holds each flow at its set wire rate.
+"""Rates on real TCP (design §4 "Enforcement", P3): BPF classifier + HTB holds each flow at its set wire rate.
 
 Rates are measured at the receiver over a steady-state window (after the first second), converted from TCP
 goodput to Ethernet wire bytes with the connection's MSS; retransmits are the sender's count.
@@ -98,7 +98,7 @@ def test_rate_update_in_place_does_not_disturb_other_flows(lab: Lab, bpf_ok: Non
 
 
 def test_htb_u32_fallback_shapes_without_bpf(lab: Lab) -> None:
-    """The no-BPF backend (SPEC §4 fallback) shapes with HTB + u32 to the same accuracy (no DSCP marking), and
+    """The no-BPF backend (design §4 fallback) shapes with HTB + u32 to the same accuracy (no DSCP marking), and
     its kill-switch blocks new connections."""
     plan = LinkPlan.from_spec(mbit(1000))
     with make_enforcer(lab.dev(0), plan, netns=lab.ns(0), backend="htb_u32", fallback=False) as enf:

@@ -1,4 +1,4 @@
-"""Everything attached is removed (SPEC §4 "Enforcement"): on close, on error during install, and by the next
+"""Everything attached is removed (design §4 "Enforcement"): on close, on error during install, and by the next
 agent after a crash. Plus the checks that need no privileges: header/ctypes agreement and the noop backend."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_header_constants_match_python() -> None:
     c = structs.header_constants()
     for cls in FlowClass:
         assert c[f"RN_CLASS_{cls.name}"] == cls.value
-    # Each class's code point, in C and in Python, is the one SPEC §4 (scheduler.p3.DSCP) gives that class.
+    # Each class's code point, in C and in Python, is the one design §4 (scheduler.p3.DSCP) gives that class.
     header_name = {"EMERGENCY": "EF", "MIGRATION": "AF41", "PRESYNC": "CS1", "RESEARCH": "BE"}
     for cls in FlowClass:
         assert c[f"RN_DSCP_{header_name[cls.name]}"] == DSCP[cls.name.lower()] == DSCP_BY_CLASS[cls]
@@ -144,7 +144,7 @@ def test_noop_backend_says_nothing_is_enforced(caplog: pytest.LogCaptureFixture)
 
 
 def test_budget_protects_the_research_reserve() -> None:
-    """Flow rates above B_mig = B - B_res are refused before anything is changed (SPEC §4, Theorem 4)."""
+    """Flow rates above B_mig = B - B_res are refused before anything is changed (design §4, Theorem 4)."""
     plan = LinkPlan.from_spec(1000 * MBIT_BYTES_PER_S)
     with make_enforcer("rnnone0", plan, backend="noop") as enf:
         with pytest.raises(ValueError, match="migration budget"):

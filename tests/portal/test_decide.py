@@ -1,4 +1,4 @@
-"""What-if decision endpoints: ``POST /api/decide/p1|p2|p3/`` → ``scheduler.contract.decide`` (SPEC §5)."""
+"""What-if decision endpoints: ``POST /api/decide/p1|p2|p3/`` → ``scheduler.contract.decide`` (design §5)."""
 
 from __future__ import annotations
 

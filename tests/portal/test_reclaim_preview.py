@@ -1,4 +1,4 @@
-"""Reclaim preview (SPEC §1: which notice lets each job leave with no loss) and the SPEC §5 topology."""
+"""Reclaim preview (design §1: which notice lets each job leave with no loss) and the design §5 topology."""
 
 from __future__ import annotations
 

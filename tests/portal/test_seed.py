@@ -1,4 +1,4 @@
-"""``seed_campus`` builds SPEC §6's campus, is idempotent, and the `make demo` SQLite default migrates and seeds."""
+"""``seed_campus`` builds design §6's campus, is idempotent, and the `make demo` SQLite default migrates and seeds."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_seeded_campus_matches_spec6() -> None:
     per_node = Counter(
         (node.gpus.first().model, node.gpus.count()) for node in Node.objects.prefetch_related("gpus")
     )
-    # SPEC §6: 20 RTX 3090 (+1 to reach its stated 54 nodes, as the simulator does), 15 RTX 4090,
+    # design §6: 20 RTX 3090 (+1 to reach its stated 54 nodes, as the simulator does), 15 RTX 4090,
     # 8 A100 x4, 10 A6000 x2.
     assert per_node == {("RTX 3090", 1): 21, ("RTX 4090", 1): 15, ("A100", 4): 8, ("RTX A6000", 2): 10}
     assert Gpu.objects.count() == 21 + 15 + 32 + 20

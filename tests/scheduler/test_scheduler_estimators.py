@@ -1,4 +1,4 @@
-"""Estimators (SPEC §2): hazard (unbiased, diurnal, shrinkage, drift), bandwidth, Theorem 2 gap."""
+"""Estimators (design §2): hazard (unbiased, diurnal, shrinkage, drift), bandwidth, Theorem 2 gap."""
 
 import numpy as np
 import pytest
@@ -57,7 +57,7 @@ def test_upper_bound_covers_the_truth() -> None:
 
 
 def diurnal(t: float) -> float:
-    """Off-peak 0.3/h, peaks 11:30-13:00 and 17:30-20:00 at 6x (SPEC §6 shape)."""
+    """Off-peak 0.3/h, peaks 11:30-13:00 and 17:30-20:00 at 6x (design §6 shape)."""
     h = (t / 3600.0) % 24
     peak = 11.5 <= h < 13 or 17.5 <= h < 20
     return (1.8 if peak else 0.3) / 3600.0

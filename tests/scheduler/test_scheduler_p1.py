@@ -1,4 +1,4 @@
-"""P1 (SPEC §2): Lemma 1, Theorem 1, Lemma 2 water-filling, Eq. 9, final checkpoint."""
+"""P1 (design §2): Lemma 1, Theorem 1, Lemma 2 water-filling, Eq. 9, final checkpoint."""
 
 import numpy as np
 import pytest

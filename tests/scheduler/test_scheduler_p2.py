@@ -1,4 +1,4 @@
-"""P2 (SPEC §3) and the campus tree: bottlenecks, feasibility, locality, survival, score."""
+"""P2 (design §3) and the campus tree: bottlenecks, feasibility, locality, survival, score."""
 
 import numpy as np
 import pytest
@@ -219,7 +219,7 @@ def test_empty_locality_set_never_wins_even_with_k_min_zero() -> None:
 
 
 def test_emergency_transfer_starts_at_the_checkpoint_holder() -> None:
-    """SPEC §3: after an emergency the source is gone; T_mig is measured from the freshest replica's holder."""
+    """design §3: after an emergency the source is gone; T_mig is measured from the freshest replica's holder."""
     lid, a, b, nodes, building = campus(2, 2)  # B0: n0-0 (source), n0-1; B1: n1-0 (holder), n1-1
     tree = CampusTree.from_links(lid, a, b, nodes)
     bw = np.full(len(lid), 1.25e8)

@@ -1,4 +1,4 @@
-"""P3 (SPEC §4): reservation, admission, max-min sharing, Theorems 3 and 4, multi-bottleneck form."""
+"""P3 (design §4): reservation, admission, max-min sharing, Theorems 3 and 4, multi-bottleneck form."""
 
 import numpy as np
 import pytest

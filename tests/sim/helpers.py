@@ -1,4 +1,4 @@
-"""Small trace builders for the simulator tests (SPEC §7 rows)."""
+"""Small trace builders for the simulator tests (design §7 rows)."""
 
 from __future__ import annotations
 

@@ -189,4 +189,4 @@ def test_calibrated_reserve_covers_research_above_the_default_30_percent() -> No
     assert sized["traffic_degradation"] < 1e-6
     assert sized["overhead_gpu_h"] > plain["overhead_gpu_h"]  # slower writes: the reserve's price
     low = summarise(simulate(_research_campus(0.1), get_policy("reclaimnet-reserve")), tr.horizon_s)
-    assert low["reserve_fraction"] == pytest.approx(0.3)  # never below SPEC §4's β
+    assert low["reserve_fraction"] == pytest.approx(0.3)  # never below design §4's β

@@ -1,4 +1,4 @@
-"""Link-share and checkpoint-stall model (SPEC §2 L(Δ), §4 HTB enforcement): one rule for every policy."""
+"""Link-share and checkpoint-stall model (design §2 L(Δ), §4 HTB enforcement): one rule for every policy."""
 
 from __future__ import annotations
 

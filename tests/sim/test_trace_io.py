@@ -1,4 +1,4 @@
-"""SPEC §7 trace format: JSON ↔ CSV round trip, validation naming the field, CLI contract."""
+"""design §7 trace format: JSON ↔ CSV round trip, validation naming the field, CLI contract."""
 
 from __future__ import annotations
 

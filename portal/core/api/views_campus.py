@@ -68,7 +68,7 @@ class ReclaimViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class TopologyView(APIView):
-    """The campus tree: buildings, switches, and links/nodes in the SPEC §5 p2 shape (ids are names)."""
+    """The campus tree: buildings, switches, and links/nodes in the design §5 p2 shape (ids are names)."""
 
     @extend_schema(responses=s.TopologySerializer)
     def get(self, request: Request) -> Response:
@@ -83,7 +83,7 @@ class TopologyView(APIView):
 
 
 class SummaryView(APIView):
-    """Campus utilization and reclaim summary (SPEC §6 metrics)."""
+    """Campus utilization and reclaim summary (design §6 metrics)."""
 
     @extend_schema(responses=s.SummarySerializer)
     def get(self, request: Request) -> Response:
@@ -124,7 +124,7 @@ _DECIDE_EXAMPLES = {
 
 
 class DecideView(ServiceErrorsMixin, APIView):
-    """What-if: run one P1/P2/P3 decision on a SPEC §5 JSON request and return its JSON answer.
+    """What-if: run one P1/P2/P3 decision on a design §5 JSON request and return its JSON answer.
 
     Nothing is stored or enforced. Invalid input answers 400 ``{field: [message]}``.
     """
@@ -144,7 +144,7 @@ class DecideView(ServiceErrorsMixin, APIView):
 
 
 def decide_view(kind: str) -> Any:
-    """A DecideView bound to ``kind``, documented with its SPEC §5 example."""
+    """A DecideView bound to ``kind``, documented with its design §5 example."""
 
     # A fresh function per kind: extend_schema annotates the function object, so sharing one would leave
     # all three operations with the last kind's operation id.
@@ -153,7 +153,7 @@ def decide_view(kind: str) -> Any:
 
     documented = extend_schema(
         operation_id=f"decide_{kind}",
-        summary=f"What-if {kind.upper()} decision (SPEC §5)",
+        summary=f"What-if {kind.upper()} decision (design §5)",
         request=OpenApiTypes.OBJECT,
         responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
         examples=[OpenApiExample(f"{kind} request", value=_DECIDE_EXAMPLES[kind], request_only=True)],

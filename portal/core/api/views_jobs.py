@@ -1,4 +1,4 @@
-"""``/api/jobs/``: submit, list, detail, cancel, checkpoints and migrations (SPEC §1 jobs)."""
+"""``/api/jobs/``: submit, list, detail, cancel, checkpoints and migrations (design §1 jobs)."""
 
 from __future__ import annotations
 

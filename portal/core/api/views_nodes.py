@@ -1,4 +1,4 @@
-"""``/api/nodes/``: register, list, update, lending windows, reclaim actions, agent tokens (SPEC §1)."""
+"""``/api/nodes/``: register, list, update, lending windows, reclaim actions, agent tokens (design §1)."""
 
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     @extend_schema(parameters=[s.ReclaimPreviewQuerySerializer], responses=s.ReclaimPreviewSerializer)
     @action(detail=True, methods=["get"], url_path="reclaim-preview")
     def reclaim_preview(self, request: Request, pk: str | None = None) -> Response:
-        """Which notice lets each hosted job leave with no loss (SPEC §1: C/B + T_r)."""
+        """Which notice lets each hosted job leave with no loss (design §1: C/B + T_r)."""
         node = self.get_object()
         query = s.ReclaimPreviewQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)

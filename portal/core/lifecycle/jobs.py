@@ -1,4 +1,4 @@
-"""The job lifecycle (SPEC §1): queued → running ⇄ migrating → completed, with failure and cancel.
+"""The job lifecycle (design §1): queued → running ⇄ migrating → completed, with failure and cancel.
 
 ```
 queued ──place──▶ running ──reclaim──▶ migrating ──resume──▶ running

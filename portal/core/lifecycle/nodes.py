@@ -1,4 +1,4 @@
-"""The node lifecycle (SPEC §1): a lent node can be taken back at any moment.
+"""The node lifecycle (design §1): a lent node can be taken back at any moment.
 
 ```
 registered ──agent connects──▶ online ⇄ offline (heartbeat lost / back)
@@ -57,7 +57,7 @@ def go_offline(node: Node) -> None:
 
 
 def start_draining(node: Node) -> None:
-    """A scheduled reclaim: warn → drain → force (seed 001)."""
+    """A scheduled reclaim: warn → drain → force (design §1)."""
     _move(node, NodeState.DRAINING)
 
 

@@ -1,4 +1,4 @@
-"""The campus data model (SPEC §1), split by resource."""
+"""The campus data model (design §1), split by resource."""
 
 from portal.core.models.accounts import Provider, ResearchGroup
 from portal.core.models.campus import Building, Link, Switch

@@ -1,4 +1,4 @@
-"""The campus network tree (SPEC §1): core switch, building switches, access links to nodes."""
+"""The campus network tree (design §1): core switch, building switches, access links to nodes."""
 
 from __future__ import annotations
 

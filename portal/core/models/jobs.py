@@ -1,4 +1,4 @@
-"""Researchers' training jobs, where they ran and the checkpoints they wrote (SPEC §1)."""
+"""Researchers' training jobs, where they ran and the checkpoints they wrote (design §1)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class Placement(models.Model):
 
 
 class Checkpoint(models.Model):
-    """A completed checkpoint and what it was taken against (seed 004: only valid on compatible nodes)."""
+    """A completed checkpoint and what it was taken against (design §1: only valid on compatible nodes)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
     sequence = models.PositiveIntegerField()

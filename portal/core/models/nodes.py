@@ -1,4 +1,4 @@
-"""GPU nodes lent by providers, their GPUs and lending windows (SPEC §1)."""
+"""GPU nodes lent by providers, their GPUs and lending windows (design §1)."""
 
 from __future__ import annotations
 

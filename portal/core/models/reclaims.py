@@ -1,4 +1,4 @@
-"""Reclaims (the owner takes a loan back) and the migrations they cause (SPEC §1, §3, §4)."""
+"""Reclaims (the owner takes a loan back) and the migrations they cause (design §1, §3, §4)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class ReclaimOutcome(models.TextChoices):
 
 
 class ReclaimEvent(models.Model):
-    """A provider took a node back. This is a reclaim, never priority preemption (seed 001)."""
+    """A provider took a node back. This is a reclaim, never priority preemption (design §1)."""
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="reclaims")
     requested_by = models.ForeignKey(

@@ -1,4 +1,4 @@
-"""Measurements feeding the estimators (SPEC §2): bandwidth samples, link and hazard estimates."""
+"""Measurements feeding the estimators (design §2): bandwidth samples, link and hazard estimates."""
 
 from __future__ import annotations
 

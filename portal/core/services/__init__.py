@@ -17,7 +17,7 @@ Conventions for every function below:
   ``portal.core.outbox.enqueue`` in the same transaction (the outbox hands it over after commit; nothing here
   calls a Celery task or talks to the broker).
 
-``portal.core.services.nodes`` (SPEC §1 providers, nodes, lending windows)
+``portal.core.services.nodes`` (design §1 providers, nodes, lending windows)
     register_node(actor, *, provider, building, name, gpus, gpu_floor=0, access_link_bytes_per_s=125e6,
                   lending_windows=()) -> tuple[Node, str]
         Creates the node (state ``registered``), its GPUs (``gpus`` = list of dicts, one per GPU:
@@ -34,7 +34,7 @@ Conventions for every function below:
                                                      queues control.node_lent_again(node.id).
     retire_node(node, actor) -> Node
 
-``portal.core.services.reclaims`` (SPEC §1 reclaim kinds, seed 001 warn -> drain -> force)
+``portal.core.services.reclaims`` (design §1 reclaim kinds, warn -> drain -> force)
     request_reclaim(node, actor, notice_s, *, killswitch=False) -> ReclaimEvent
         notice_s > 0: scheduled (online node -> draining; a node with nothing to drain -> reclaimed);
         notice_s == 0: emergency (-> reclaimed); killswitch=True: kill-switch (-> reclaimed and
@@ -44,7 +44,7 @@ Conventions for every function below:
     emergency_reclaim(node, actor) -> ReclaimEvent   request_reclaim(node, actor, 0)
     engage_killswitch(node, actor) -> ReclaimEvent   request_reclaim(node, actor, 0, killswitch=True)
 
-``portal.core.services.jobs`` (SPEC §1 jobs; identity: usage is charged to ``group``)
+``portal.core.services.jobs`` (design §1 jobs; identity: usage is charged to ``group``)
     submit_job(actor, *, group, name, gpu_count, expected_runtime_s, ckpt_bytes_estimate, command="",
                image="", vram_gb_per_gpu=0, min_capability=0, framework="", loss_budget_s=None,
                restart_s=30, priority_class="standard") -> Job
@@ -57,9 +57,9 @@ Conventions for every function below:
     GPU_CATALOGUE: dict[str, GpuSpec]                canonical model name -> GpuSpec(vram_gb, capability)
     lookup_gpu(model) -> GpuSpec | None              tolerant of "NVIDIA GeForce RTX 3090", "A100-SXM4-80GB"
 
-``portal.core.services.reclaim_preview`` (SPEC §1 "show which notice lets each job leave with no loss")
+``portal.core.services.reclaim_preview`` (design §1 "show which notice lets each job leave with no loss")
     preview_reclaim(node, notice_s) -> dict          see the module docstring for the exact shape.
-    campus_topology() -> {"links": [...], "nodes": [...]}   SPEC §5 p2 shape, ids are names.
+    campus_topology() -> {"links": [...], "nodes": [...]}   design §5 p2 shape, ids are names.
 
 ``portal.core.services.summary``
     utilization_summary() -> dict                    nodes/jobs by state, GPUs, reclaims by kind, migrations,

@@ -1,4 +1,4 @@
-"""The audit trail: who did what to which object (SPEC §1 "identity is the mechanism")."""
+"""The audit trail: who did what to which object (design §1 "identity is the mechanism")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Known GPU models with default VRAM and CUDA compute capability (SPEC §1: a GPU has model, VRAM, capability).
+"""Known GPU models with default VRAM and CUDA compute capability (design §1: a GPU has model, VRAM, capability).
 
 A provider declares a model by name; VRAM and capability default from here and may be overridden (e.g. the
-40 GB A100). Unknown models are refused so that capability matching (SPEC §3 feasibility) never guesses.
+40 GB A100). Unknown models are refused so that capability matching (design §3 feasibility) never guesses.
 """
 
 from __future__ import annotations

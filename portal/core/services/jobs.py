@@ -1,4 +1,4 @@
-"""Researcher-side job operations (SPEC §1 jobs; "identity is the mechanism": usage is charged to the group)."""
+"""Researcher-side job operations (design §1 jobs; "identity is the mechanism": usage is charged to the group)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from portal.core.models import Job, PriorityClass, ResearchGroup
 from portal.core.services._validate import fail, integer, number, text
 from portal.core.services.audit import audit
 
-MAX_GPUS_PER_JOB = 16  # a gang job is moved whole and must fit one node (seed 004)
+MAX_GPUS_PER_JOB = 16  # a gang job is moved whole and must fit one node (design §1)
 MAX_CKPT_BYTES = 10 * 2**40  # 10 TiB; the paper's largest checkpoint was 48 GB
 MAX_RUNTIME_S = 365 * 24 * 3600.0
 

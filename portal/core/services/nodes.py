@@ -1,4 +1,4 @@
-"""Provider-side node operations (SPEC §1): register, update, lending windows, agent tokens, lend again."""
+"""Provider-side node operations (design §1): register, update, lending windows, agent tokens, lend again."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from portal.core.services._validate import NAME_RE, fail, integer, number, text
 from portal.core.services.audit import audit
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
 
-ACCESS_LINK_DEFAULT_BYTES_PER_S = 125e6  # 1 Gbit/s (SPEC §1 access tier)
+ACCESS_LINK_DEFAULT_BYTES_PER_S = 125e6  # 1 Gbit/s (design §1 access tier)
 MAX_GPUS_PER_NODE = 16
 MAX_LENDING_WINDOWS = 64
 MAX_LINK_BYTES_PER_S = 1e12  # 8 Tbit/s: anything above is a typo
@@ -104,7 +104,7 @@ def register_node(
     access_link_bytes_per_s: float = ACCESS_LINK_DEFAULT_BYTES_PER_S,
     lending_windows: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[Node, str]:
-    """Register a lent node (SPEC §1): node, GPUs, access link and windows in one transaction.
+    """Register a lent node (design §1): node, GPUs, access link and windows in one transaction.
 
     Returns ``(node, raw_agent_token)``; the token is shown once and stored only as its SHA-256.
     """
@@ -213,7 +213,7 @@ def node_for_agent_token(raw_token: str) -> Node | None:
 
 
 def lend_again(node: Node, actor: Any) -> Node:
-    """reclaimed → offline (until its agent says hello); clears the kill-switch (SPEC §1)."""
+    """reclaimed → offline (until its agent says hello); clears the kill-switch (design §1)."""
     _require_node_manager(actor, node)
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node.pk)

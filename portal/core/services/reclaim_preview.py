@@ -1,4 +1,4 @@
-"""What a reclaim with a given notice would cost each hosted job (SPEC §1: show C/B + T_r before reclaim).
+"""What a reclaim with a given notice would cost each hosted job (design §1: show C/B + T_r before reclaim).
 
 Contract (used by the provider reclaim dialog and ``/api/nodes/{id}/reclaim-preview/``):
 
@@ -7,14 +7,14 @@ Contract (used by the provider reclaim dialog and ``/api/nodes/{id}/reclaim-prev
 "restart_s", "leave_s", "loss_free", "work_lost_s"}]}``.
 
 For each job running on the node, with B⁻ the lower-confidence bandwidth of the node's access link (its capacity
-before any estimate) and B_mig = max(0, B⁻ − max(β·B⁻, B_min)) what P3 may give migrations there (SPEC §4):
-``leave_s = ckpt_bytes / B_mig + restart_s`` (SPEC §2 "final checkpoint iff C/b + T_r ≤ τ", for the job alone);
+before any estimate) and B_mig = max(0, B⁻ − max(β·B⁻, B_min)) what P3 may give migrations there (design §4):
+``leave_s = ckpt_bytes / B_mig + restart_s`` (design §2 "final checkpoint iff C/b + T_r ≤ τ", for the job alone);
 ``loss_free`` = P3 admits the job's final-checkpoint flow with that notice, jointly with every other hosted job
 (so two jobs that each fit alone may not fit together); ``work_lost_s`` = seconds since the job's last completed
 checkpoint when not loss-free (0 when loss-free); ``shortest_loss_free_notice_s`` = the smallest notice with which
 P3 admits all of them (0 when nothing runs there).
 
-``campus_topology()`` returns the campus in the SPEC §5 p2 shape (``links`` and ``nodes``; ids are names).
+``campus_topology()`` returns the campus in the design §5 p2 shape (``links`` and ``nodes``; ids are names).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from portal.core.models import Checkpoint, HazardEstimate, HazardScope, Job, Lin
 from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S  # also when a node has no access link
 from scheduler.p3 import P3Flows, admit_flows, migration_budget_bytes_per_s
 
-DEFAULT_HAZARD_PER_S = 1 / 3600.0  # prior before any estimate exists (SPEC §6: ≈ 0.99 per GPU-hour)
+DEFAULT_HAZARD_PER_S = 1 / 3600.0  # prior before any estimate exists (design §6: ≈ 0.99 per GPU-hour)
 
 
 def _reserve_fraction() -> float:
@@ -55,7 +55,7 @@ def access_bandwidth_lower_bytes_per_s(node: Node) -> float:
 
 
 def _admitted(ckpt_bytes: np.ndarray, restart_s: np.ndarray, notice_s: float, available: float) -> np.ndarray:
-    """Which hosted jobs P3 admits together with ``notice_s`` on the access link (SPEC §4)."""
+    """Which hosted jobs P3 admits together with ``notice_s`` on the access link (design §4)."""
     n = len(ckpt_bytes)
     flows = P3Flows(ids=tuple(str(i) for i in range(n)), bytes=ckpt_bytes, notice_s=np.full(n, float(notice_s)),
                     restart_s=restart_s, cap_bytes_per_s=np.full(n, np.inf))
@@ -163,7 +163,7 @@ def _merge(*profiles: list[float] | None) -> list[float]:
 
 
 def campus_topology(*, available: bool = True) -> dict[str, list[dict[str, Any]]]:
-    """The campus tree and its nodes in the SPEC §5 p2 request shape.
+    """The campus tree and its nodes in the design §5 p2 request shape.
 
     ``links``: ``{"id", "a", "b", "bytes_per_s"}`` with ``a`` the switch nearer the core and ``b`` the lower
     switch or node; ``bytes_per_s`` is the link estimate's lower bound when ``available`` and one exists, else

@@ -1,4 +1,4 @@
-"""Reclaim: the provider takes its node back (SPEC §1; seed 001: warn → drain → force, provider always wins).
+"""Reclaim: the provider takes its node back (design §1; warn → drain → force, provider always wins).
 
 A reclaim is never priority preemption: the event records which kind it was and who asked.
 """
@@ -24,7 +24,7 @@ MAX_NOTICE_S = 7 * 24 * 3600.0  # a week: anything longer is not a reclaim but a
 
 
 def request_reclaim(node: Node, actor: Any, notice_s: float, *, killswitch: bool = False) -> ReclaimEvent:
-    """Take ``node`` back with ``notice_s`` seconds of notice (SPEC §1 reclaim kinds).
+    """Take ``node`` back with ``notice_s`` seconds of notice (design §1 reclaim kinds).
 
     1. Validate ``notice_s`` (finite, 0 ≤ notice ≤ a week) and the actor's right to reclaim this node.
     2. Lock the node row; choose the kind: kill-switch, emergency (notice 0) or scheduled (notice > 0).
@@ -79,5 +79,5 @@ def emergency_reclaim(node: Node, actor: Any) -> ReclaimEvent:
 
 
 def engage_killswitch(node: Node, actor: Any) -> ReclaimEvent:
-    """The node stops taking new work at once (the agent's BPF flag drops new SYNs, SPEC §4)."""
+    """The node stops taking new work at once (the agent's BPF flag drops new SYNs, design §4)."""
     return request_reclaim(node, actor, 0.0, killswitch=True)

@@ -1,4 +1,4 @@
-"""Campus-wide utilization and reclaim summary (SPEC §6 metrics: work lost, migration success, utilization).
+"""Campus-wide utilization and reclaim summary (design §6 metrics: work lost, migration success, utilization).
 
 One function feeds both ``/api/summary/`` and the Prometheus ``/metrics`` endpoint, so they never disagree.
 """

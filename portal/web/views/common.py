@@ -63,9 +63,8 @@ def submit_once(request: HttpRequest, action: Callable[[], HttpResponse],
         try:
             stored = idempotency.reserve(request.user, key, scope, idempotency.request_digest(scope, None))
         except (idempotency.KeyReusedError, idempotency.KeyInProgressError):
-            stored = None
             messages.info(request, "This form was already sent.")
-            return redirect(request.path)
+            return redirect("/")
         if stored is not None:
             messages.info(request, "This form was already sent; here is what it did.")
             return redirect(stored.location or "/")

@@ -1,5 +1,5 @@
 """Provider pages: my nodes, register a node, lending windows and floor, reclaim (scheduled, emergency,
-kill-switch) with the predicted per-job outcome first, and the reclaim history (SPEC §1).
+kill-switch) with the predicted per-job outcome first, and the reclaim history (design §1).
 
 Every write goes through ``portal.core.services``; nodes are looked up through ``nodes_for(user)``, so another
 lab's node id in a URL or a form is a 404.

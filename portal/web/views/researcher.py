@@ -141,7 +141,7 @@ def _group_checkpoints(entries: list[TimelineEntry]) -> list[TimelineEntry]:
 
 
 def p1_inputs(job: Job) -> dict[str, Any] | None:
-    """Why the current interval: this job's entry in the latest P1 decision (SPEC §2, Eq. 9)."""
+    """Why the current interval: this job's entry in the latest P1 decision (design §2, Eq. 9)."""
     decisions = DecisionLog.objects.filter(kind=DecisionLog.Kind.P1).filter(Q(job=job) | Q(job__isnull=True))
     for decision in decisions.order_by("-created_at", "-id")[:50]:
         request, response = decision.request or {}, decision.response or {}

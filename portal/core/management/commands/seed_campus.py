@@ -1,6 +1,6 @@
-"""``manage.py seed_campus [--demo-users] [--agent-tokens FILE]``: the paper's campus (SPEC §6).
+"""``manage.py seed_campus [--demo-users] [--agent-tokens FILE]``: the paper's campus (design §6).
 
-54 nodes in 4 buildings: 21 RTX 3090, 15 RTX 4090 (1 GPU each), 8 A100 x4, 10 A6000 x2. SPEC §6 lists
+54 nodes in 4 buildings: 21 RTX 3090, 15 RTX 4090 (1 GPU each), 8 A100 x4, 10 A6000 x2. design §6 lists
 20 RTX 3090, which sums to 53 nodes against its stated 54 (the paper counts "plus one coordinator"); like the
 simulator's trace generator (``scheduler/sim/tracegen.py``) we add one RTX 3090 so the campus has 54 GPU nodes.
 Three-tier tree: 1 Gbit/s access links, 10 Gbit/s building uplinks to one core switch; rates in bytes/s.
@@ -56,7 +56,7 @@ def _slug(name: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Create the paper's 54-node campus (SPEC §6); --demo-users adds admin/provider/researcher logins."
+    help = "Create the paper's 54-node campus (design §6); --demo-users adds admin/provider/researcher logins."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--demo-users", action="store_true",
