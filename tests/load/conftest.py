@@ -9,20 +9,24 @@ directory (logs of daphne, Celery, the agents) for a look afterwards.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import importlib.util
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -183,9 +187,17 @@ class Deployment:
         if dead:
             pytest.fail("died during the run: " + ", ".join(dead) + f"\n{self.errors()}")
 
-    def stop_all(self) -> None:
+    def stop_all(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM each process (last started first), SIGKILL it after ``timeout_s``; say which needed that.
+        Then the same for whatever they started and left behind (agents of a killed ``demo_agents``, jobs)."""
         for proc in reversed(self.procs):
-            proc.stop(timeout_s=10)
+            children = _descendants(proc.popen.pid)
+            started = time.monotonic()
+            proc.stop(timeout_s=timeout_s)
+            if proc.popen.returncode == -signal.SIGKILL:
+                print(f"{proc.name} (pid {proc.popen.pid}) ignored SIGTERM for {time.monotonic() - started:.1f} s: "
+                      "SIGKILLed")
+            _stop_leftovers(children, timeout_s)
 
     def errors(self, n_lines: int = 8) -> str:
         """The first ERROR lines (and the exception ending each traceback) of every process's log."""
@@ -199,6 +211,49 @@ class Deployment:
                                f"{proc.log_path} ---")
                     out += [ln[:300] for ln in picked[:n_lines]]
         return "\n".join(out)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """{pid: command line} of every process below ``root`` (Linux /proc; empty elsewhere)."""
+    parents: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                    parents.setdefault(ppid, []).append(int(entry))
+    out: dict[int, str] = {}
+    todo = list(parents.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out[pid] = _cmdline(pid)
+        todo += parents.get(pid, [])
+    return out
+
+
+def _stop_leftovers(children: dict[int, str], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL, the processes in ``children`` still running the same command (not a reused PID)."""
+    def alive() -> list[int]:
+        return [pid for pid, cmd in children.items() if cmd and _cmdline(pid) == cmd]
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        left = alive()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = alive()
+        if not left:
+            return
 
 
 @pytest.fixture
@@ -231,6 +286,41 @@ def name_counts_postgres(dsn: str, run: str) -> dict[tuple[str, str], int]:
     with psycopg.connect(dsn) as db:
         rows = db.execute(NAME_COUNTS_SQL.format(p="%(p)s"), {"p": f"load-{run}-%"}).fetchall()
     return {(kind, name): int(n) for kind, name, n in rows}
+
+
+OUTBOX_SQL = "SELECT task_name, available_at, sent_at FROM core_outboxmessage"
+
+
+def _outbox_summary(rows: list[tuple[Any, Any, Any]]) -> str:
+    """Backlog and relay lag (sent − available) of the transactional outbox, where the portal has one."""
+    def when(value: Any) -> dt.datetime:
+        return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+
+    lags = sorted((when(sent) - when(available)).total_seconds() for _, available, sent in rows if sent is not None)
+    unsent = sum(1 for *_, sent in rows if sent is None)
+    if not rows:
+        return "outbox: empty"
+    p50 = lags[len(lags) // 2] if lags else float("nan")
+    return (f"outbox: {len(rows)} messages, {unsent} still unsent at the end; relay lag p50 {p50:.1f} s, "
+            f"max {max(lags, default=float('nan')):.1f} s")
+
+
+def outbox_sqlite(path: Path) -> str:
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as db:
+            return _outbox_summary(db.execute(OUTBOX_SQL).fetchall())
+    except sqlite3.OperationalError as exc:
+        return f"outbox: none ({exc})"
+
+
+def outbox_postgres(dsn: str) -> str:
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn) as db:
+            return _outbox_summary(db.execute(OUTBOX_SQL).fetchall())
+    except psycopg.errors.UndefinedTable as exc:
+        return f"outbox: none ({str(exc).splitlines()[0]})"
 
 
 def check_run(result: Any, total: int, counts: dict[tuple[str, str], int], deployment: Deployment) -> None:
@@ -266,9 +356,16 @@ def check_run(result: Any, total: int, counts: dict[tuple[str, str], int], deplo
 
 # --- PostgreSQL and Redis of the production test ------------------------------------------------------------------
 
-PG_SERVER = os.environ.get("RECLAIMNET_LOAD_PG", "postgres://reclaimnet@127.0.0.1:5432")
+def _server_of(url: str, schemes: tuple[str, ...], default: str) -> str:
+    """``scheme://user@host:port`` of the suite's ``url`` (``make test`` passes its servers), else ``default``."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme in schemes and parts.netloc else default
+
+
+PG_SERVER = _server_of(os.environ.get("DATABASE_URL", ""), ("postgres", "postgresql"),
+                       "postgres://reclaimnet@127.0.0.1:5432")
 LOAD_DATABASE = "test_reclaimnet_load"
-REDIS_SERVER = os.environ.get("RECLAIMNET_LOAD_REDIS", "redis://127.0.0.1:6379/0")
+REDIS_SERVER = _server_of(os.environ.get("REDIS_URL", ""), ("redis", "rediss"), "redis://127.0.0.1:6379")
 LOAD_REDIS_DB = 5  # e2e uses 3, bench_e2e 4, the suite 0
 CELERY_KEYS = ("celery", "unacked", "unacked_index", "unacked_mutex", "_kombu.binding.celery",
                "_kombu.binding.celery.pidbox", "_kombu.binding.celeryev")

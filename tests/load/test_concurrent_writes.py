@@ -27,6 +27,8 @@ from tests.load.conftest import (
     loaddriver,
     name_counts_postgres,
     name_counts_sqlite,
+    outbox_postgres,
+    outbox_sqlite,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -58,7 +60,7 @@ def test_embedded_default_takes_1000_mixed_writes_without_server_errors(workdir:
         result, drive_s = _drive(deployment)
     finally:
         deployment.stop_all()
-    print(f"embedded: setup {t_ready - t0:.1f} s, {TOTAL} writes in {drive_s:.1f} s")
+    print(f"embedded: setup {t_ready - t0:.1f} s, {TOTAL} writes in {drive_s:.1f} s; {outbox_sqlite(db)}")
     check_run(result, TOTAL, name_counts_sqlite(db, result.run), deployment)
 
 
@@ -77,5 +79,6 @@ def test_production_setup_takes_1000_mixed_writes_without_server_errors(
         result, drive_s = _drive(deployment)
     finally:
         deployment.stop_all()
-    print(f"production: setup {t_ready - t0:.1f} s, {TOTAL} writes in {drive_s:.1f} s")
+    print(f"production: setup {t_ready - t0:.1f} s, {TOTAL} writes in {drive_s:.1f} s; "
+          f"{outbox_postgres(postgres_url)}")
     check_run(result, TOTAL, name_counts_postgres(postgres_url, result.run), deployment)
