@@ -22,6 +22,7 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 RELAY_POLL_S = 0.5
+RELAY_BATCH = 5
 
 _tasks: list[asyncio.Task[None]] = []
 
@@ -47,7 +48,8 @@ def _relay_batch() -> int:
 
     from portal.core import idempotency, outbox
 
-    sent, _ = outbox.relay_once(outbox.run_in_process)
+    # Small batches: urgent rows queued meanwhile are claimed next, and a shutdown waits for a few tasks only.
+    sent, _ = outbox.relay_once(outbox.run_in_process, limit=RELAY_BATCH)
     if time.monotonic() - _last_prune > PRUNE_EVERY_S:  # rows sent a day ago, expired idempotency keys
         outbox.prune_sent()
         idempotency.prune_expired()

@@ -132,7 +132,10 @@ def load_campus() -> Campus:
     lock_allocation()
     now = timezone.localtime(timezone.now())
     links = list(Link.objects.select_related("upper", "lower_switch", "node").order_by("pk"))
-    nodes = list(Node.objects.filter(access_link__isnull=False).prefetch_related("gpus").order_by("pk"))
+    # Only nodes whose access link was in that read: a node registered between the two queries (READ
+    # COMMITTED sees it in the second) would otherwise hang off a link the tree does not have.
+    nodes = list(Node.objects.filter(access_link_id__in=[link.pk for link in links])
+                 .prefetch_related("gpus").order_by("pk"))
     node_pks = [n.pk for n in nodes]
     ends_b = []
     for link in links:

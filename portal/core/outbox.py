@@ -56,6 +56,14 @@ class Task:
     RECOVER_LOST_JOBS = "control.recover_lost_jobs"
     RELEASE_RECLAIMS = "control.release_reclaims"
 
+# What a provider is waiting for goes first: a relay that has fallen behind (the embedded default under load)
+# still runs a reclaim within a batch, whatever number of placements queued before it.
+PRIORITY = {
+    Task.RUN_RECLAIM: 0, Task.ENFORCE_DEADLINE: 0, Task.RECOVER_LOST_JOBS: 0,
+    Task.ADVANCE_MIGRATION: 1, Task.RELEASE_RECLAIMS: 1, Task.STOP_CANCELLED_JOB: 1, Task.NODE_LENT_AGAIN: 1,
+}
+DEFAULT_PRIORITY = 2
+
 _wake_listeners: list[Callable[[], None]] = []
 _listeners_lock = threading.Lock()
 
@@ -74,7 +82,8 @@ def enqueue(task_name: str, *args: Any, delay_s: float = 0.0) -> OutboxMessage:
     ``delay_s`` holds it back (a reclaim deadline). Outside a transaction the row commits at once.
     """
     message = OutboxMessage.objects.create(
-        task_name=task_name, args=list(args), available_at=timezone.now() + dt.timedelta(seconds=delay_s))
+        task_name=task_name, args=list(args), priority=PRIORITY.get(task_name, DEFAULT_PRIORITY),
+        available_at=timezone.now() + dt.timedelta(seconds=delay_s))
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:  # delivered to listening relays when (and only if) this commits
             cur.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, str(message.pk)])
@@ -110,14 +119,15 @@ def _after_commit() -> None:
 
 
 def claim_due(limit: int = 100, now: dt.datetime | None = None) -> list[OutboxMessage]:
-    """Claim up to ``limit`` due, unsent rows for this relay (each row is claimed by one relay at a time)."""
+    """Claim up to ``limit`` due, unsent rows for this relay (each row is claimed by one relay at a time),
+    most urgent first (``PRIORITY``), then oldest first."""
     now = now or timezone.now()
     with transaction.atomic():
         rows = list(
             OutboxMessage.objects.select_for_update(skip_locked=True)
             .filter(sent_at__isnull=True, available_at__lte=now)
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-            .order_by("available_at", "id")[:limit]
+            .order_by("priority", "available_at", "id")[:limit]
         )
         if rows:
             OutboxMessage.objects.filter(pk__in=[r.pk for r in rows]).update(

@@ -134,3 +134,32 @@ def test_concurrent_twins_with_one_key_create_one_job() -> None:
     assert statuses == [201] * 6
     assert all(body == bodies[0] for body in bodies)
     assert Job.objects.filter(name="retry-me").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_registrations_of_one_name_at_once_answer_201_and_400_never_500() -> None:
+    t = f.make_two_labs()
+    body = {"name": "twin-01", "building": t.building.pk, "gpus": [{"model": "RTX 3090"}]}
+    statuses: list[int] = []
+    answers: list[Any] = []
+    barrier = threading.Barrier(4)
+
+    def send() -> None:
+        try:
+            client = APIClient()
+            client.force_authenticate(t.users["provider"])
+            barrier.wait(10)
+            response = _post(client, "/api/nodes/", body, uuid.uuid4().hex)  # different keys: real twins
+            statuses.append(response.status_code)
+            answers.append(response.json())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for t_ in threads:
+        t_.start()
+    for t_ in threads:
+        t_.join(30)
+    assert sorted(statuses) == [201, 400, 400, 400]
+    assert all("name" in a for a, s in zip(answers, statuses, strict=True) if s == 400)
+    assert Node.objects.filter(name="twin-01").count() == 1

@@ -133,3 +133,14 @@ def test_the_control_tick_is_single_flight_across_workers() -> None:
         assert control_tick() == {"skipped": 1}
         other_worker.execute("SELECT pg_advisory_unlock(%s)", [TICK_LOCK_KEY])
     assert "skipped" not in control_tick()
+
+
+@pytest.mark.django_db
+def test_reclaims_are_handed_over_before_placements_queued_earlier() -> None:
+    for job_id in range(5):
+        outbox.enqueue(outbox.Task.PLACE_JOB, job_id)
+    outbox.enqueue(outbox.Task.ADVANCE_MIGRATION, 9)
+    outbox.enqueue(outbox.Task.RUN_RECLAIM, 7)
+    order: list[str] = []
+    outbox.relay_once(lambda m: order.append(m.task_name), limit=2)
+    assert order == [outbox.Task.RUN_RECLAIM, outbox.Task.ADVANCE_MIGRATION]

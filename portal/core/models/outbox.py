@@ -19,6 +19,8 @@ class OutboxMessage(models.Model):
     message_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     task_name = models.CharField(max_length=100)
     args = models.JSONField(default=list, blank=True)
+    priority = models.PositiveSmallIntegerField(
+        default=2, help_text="0 is handed over first: reclaims before migration steps before placements")
     created_at = models.DateTimeField(auto_now_add=True)
     available_at = models.DateTimeField(help_text="not handed over before this time (deadlines, backoff)")
     claimed_until = models.DateTimeField(null=True, blank=True, help_text="a relay holds it until then")
@@ -27,8 +29,8 @@ class OutboxMessage(models.Model):
     last_error = models.CharField(max_length=300, blank=True, default="")
 
     class Meta:
-        ordering = ["available_at", "id"]
-        indexes = [models.Index(fields=["sent_at", "available_at"], name="outbox_pending")]
+        ordering = ["priority", "available_at", "id"]
+        indexes = [models.Index(fields=["sent_at", "priority", "available_at"], name="outbox_pending")]
 
     def __str__(self) -> str:
         return f"{self.task_name}{tuple(self.args)} ({'sent' if self.sent_at else 'pending'})"

@@ -8,7 +8,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from portal.core import outbox, permissions
 from portal.core.lifecycle import nodes as node_lifecycle
@@ -116,6 +116,14 @@ def register_node(
     capacity = number("access_link_bytes_per_s", access_link_bytes_per_s, minimum=1.0,
                       maximum=MAX_LINK_BYTES_PER_S)
     windows = _clean_windows(lending_windows)
+    try:
+        return _create_node(actor, provider, building, name, cleaned_gpus, gpu_floor, capacity, windows)
+    except IntegrityError:  # a concurrent registration took the name between our check and our insert
+        fail("name", f"A node named {name!r} already exists.")
+
+
+def _create_node(actor: Any, provider: Provider, building: Building, name: str, cleaned_gpus: list[dict[str, Any]],
+                 gpu_floor: int, capacity: float, windows: list[dict[str, Any]]) -> tuple[Node, str]:
     with transaction.atomic():
         if Node.objects.filter(name=name).exists() or Link.objects.filter(name=f"access-{name}").exists():
             fail("name", f"A node named {name!r} already exists.")
@@ -150,7 +158,11 @@ def update_node(node: Node, actor: Any, **changes: Any) -> Node:
                 node.name = name
                 fields.append("name")
                 if node.access_link is not None:
-                    Link.objects.filter(pk=node.access_link_id).update(name=f"access-{name}")
+                    try:
+                        with transaction.atomic():
+                            Link.objects.filter(pk=node.access_link_id).update(name=f"access-{name}")
+                    except IntegrityError:  # a concurrent registration took the name first
+                        fail("name", f"A node named {name!r} already exists.")
         if "gpu_floor" in changes:
             node.gpu_floor = integer("gpu_floor", changes["gpu_floor"], minimum=0, maximum=node.gpus.count())
             fields.append("gpu_floor")
@@ -161,7 +173,11 @@ def update_node(node: Node, actor: Any, **changes: Any) -> Node:
                 fail("access_link_bytes_per_s", "This node has no access link.")
             Link.objects.filter(pk=node.access_link_id).update(capacity_bytes_per_s=capacity)
         if fields:
-            node.save(update_fields=fields)
+            try:
+                with transaction.atomic():
+                    node.save(update_fields=fields)
+            except IntegrityError:  # a concurrent rename or registration took the name first
+                fail("name", f"A node named {node.name!r} already exists.")
         audit(actor, "node.update", node, changed=sorted(changes))
     node.refresh_from_db()
     return node
