@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -59,6 +60,9 @@ from portal.core.services.nodes import node_for_agent_token
 log = logging.getLogger(__name__)
 
 
+MAX_BYTES_PER_S = 1e12  # 8 Tbit/s: a sample above any NIC is the agent's error, not a measurement
+
+
 class RefusedError(Exception):
     """The message is refused (wrong node, unknown object, inconsistent data); nothing was changed."""
 
@@ -95,8 +99,12 @@ def close_session(session_id: int | None, reason: str) -> None:
 
 
 def _decimal(value: Any) -> Decimal:
+    """A compute capability as reported (0.0-99.9); anything else (NaN, Infinity, text) counts as unknown, 0."""
     try:
-        return Decimal(str(value)).quantize(Decimal("0.1"))
+        number = Decimal(str(value))
+        if not number.is_finite() or not 0 <= number < 100:
+            return Decimal("0")
+        return number.quantize(Decimal("0.1"))
     except (InvalidOperation, ValueError):
         return Decimal("0")
 
@@ -116,8 +124,17 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
             edge_backend=str(msg.get("edge_backend", ""))[:32])
         node = Node.objects.select_for_update().get(pk=node_id)
         known = {g.index: g for g in node.gpus.all()}
+        unregistered = []
         for gpu in msg["gpus"][:64]:
             if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
+                continue
+            if known and gpu["index"] not in known:  # GPUs only as the provider registered them
+                unregistered.append(gpu["index"])
+                continue
+            vram = gpu.get("vram_gb", 1)
+            if not isinstance(vram, int | float) or isinstance(vram, bool) or not 0 < vram <= 1024:
+                record_rejection(node_id, f"hello: GPU {gpu['index']} vram_gb {vram!r} is not in (0, 1024]",
+                                 "hello")
                 continue
             fields = {"model": str(gpu.get("model", ""))[:64], "uuid": str(gpu.get("uuid", ""))[:64],
                       "driver_version": str(gpu.get("driver_version", ""))[:32],
@@ -126,8 +143,11 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
                 Gpu.objects.filter(pk=known[gpu["index"]].pk).update(
                     uuid=fields["uuid"], driver_version=fields["driver_version"], cuda_version=fields["cuda_version"])
             else:
-                Gpu.objects.create(node=node, index=gpu["index"], vram_gb=max(0.5, float(gpu.get("vram_gb", 1))),
+                Gpu.objects.create(node=node, index=gpu["index"], vram_gb=max(0.5, float(vram)),
                                    compute_capability=_decimal(gpu.get("capability", 0)), **fields)
+        if unregistered:
+            record_rejection(node_id, f"hello: GPU index(es) {sorted(unregistered)} not registered for this node; "
+                             "register them or fix the agent's inventory", "hello")
         Node.objects.filter(pk=node_id).update(last_heartbeat_at=timezone.now(),
                                                enforcement_backend=str(msg.get("edge_backend", ""))[:32])
         if node.state in (NodeState.REGISTERED, NodeState.OFFLINE) and node_lifecycle.can(node, NodeState.ONLINE):
@@ -176,7 +196,9 @@ def heartbeat(node_id: int, msg: Heartbeat) -> None:
             Job.objects.filter(pk=job_id).update(progress_step=steps[job_id])
     egress = msg["egress"]
     period = dt.timedelta(seconds=settings.RECLAIMNET["CONTROL_PERIOD_S"])
-    if node.access_link_id and isinstance(egress.get("mean_bytes_per_s"), int | float):
+    mean = egress.get("mean_bytes_per_s")
+    if node.access_link_id and isinstance(mean, int | float) and not isinstance(mean, bool) \
+            and math.isfinite(mean) and 0 <= mean <= MAX_BYTES_PER_S:
         last = BandwidthSample.objects.filter(node_id=node_id).order_by("-sampled_at").values_list(
             "sampled_at", flat=True).first()
         if last is None or now - last >= period:

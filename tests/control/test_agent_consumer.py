@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -177,3 +178,46 @@ async def test_second_session_supersedes_the_first() -> None:
     assert closed["type"] == "websocket.close" and closed["code"] == 4409
     await second.hello()
     await second.close()
+
+
+async def test_a_hostile_hello_stores_no_unregistered_or_infinite_gpu_and_the_api_keeps_answering() -> None:
+    """One agent claiming an unregistered GPU with ``"vram_gb": Infinity`` must not break the node list for
+    everyone (it answered 500 "Out of range float values are not JSON compliant")."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from portal.control.models import RejectedMessage
+    from portal.core.models import Gpu
+
+    node, token = await db(make_node)("n1", gpus=2)
+    agent = FakeAgent(token)
+    assert await agent.connect()
+    gpus = [{"index": 0, "model": "RTX 3090", "uuid": "u0", "vram_gb": 24, "capability": "NaN"},
+            {"index": 1, "model": "RTX 3090", "uuid": "u1", "vram_gb": 24, "capability": 8.6},
+            {"index": 7, "model": "H100", "uuid": "u7", "vram_gb": 80, "capability": 9.0}]
+    # Raw JSON: Python's json writes the non-standard Infinity/NaN tokens the attacker sends.
+    await agent.send('{"type": "hello", "agent_version": "x", "data_host": "127.0.0.1", "data_port": 9000, '
+                     '"jobs": [], "gpus": ' + json.dumps(gpus) + "}")
+    await agent.expect("welcome")
+    await agent.send('{"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {"mean_bytes_per_s": NaN}, '
+                     '"jobs": []}')
+    await agent.send({"type": "heartbeat", "seq": 2, "gpu_util": [], "egress": {"mean_bytes_per_s": 1e30},
+                      "jobs": []})
+
+    def check() -> None:
+        from portal.core.models import BandwidthSample
+
+        indices = sorted(Gpu.objects.filter(node=node).values_list("index", flat=True))
+        assert indices == [0, 1]  # index 7 was never registered
+        assert all(str(g.compute_capability) != "NaN" for g in Gpu.objects.filter(node=node))
+        assert not BandwidthSample.objects.filter(node=node).exists()
+        assert RejectedMessage.objects.filter(node=node, reason__contains="not registered").exists()
+        user = get_user_model().objects.create(username="reader", is_staff=True)
+        client = APIClient()
+        client.force_authenticate(user)
+        assert client.get("/api/nodes/").status_code == 200
+
+    await until(lambda: RejectedMessage.objects.filter(node=node).exists(), what="the refusal recorded")
+    await asyncio.sleep(0.5)  # both heartbeats handled (they are refused silently: nothing to wait for)
+    await agent.close()
+    await db(check)()

@@ -152,3 +152,20 @@ def test_building_without_switch_is_400_on_building(world: World, client_for: An
     response = client_for("provider").post("/api/nodes/", {**_register(world), "building": bare.pk}, format="json")
     assert response.status_code == 400
     assert "building" in response.json()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/jobs/", "/api/nodes/", "/api/reclaims/", "/api/providers/"])
+@pytest.mark.parametrize("query", ["limit=36893488147419103231", "offset=36893488147419103231",
+                                   "limit=36893488147419103231&offset=36893488147419103231"])
+def test_huge_limits_and_offsets_are_clamped_not_500(client_for: Any, path: str, query: str) -> None:
+    response = client_for("admin").get(f"{path}?{query}")
+    assert response.status_code == 200
+    assert len(response.json()["results"]) <= 1000
+
+
+@pytest.mark.django_db
+def test_an_oversized_body_answers_413_naming_the_limit(client_for: Any, settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = client_for("researcher").post("/api/jobs/", {"name": "x" * 2000}, format="json")
+    assert response.status_code == 413 and "1000 bytes" in response.json()["detail"]
