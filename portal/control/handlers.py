@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from portal.control import commands
+from portal.control import commands, lifecycle
 from portal.control.models import (
     AgentSession,
     MigrationPhase,
@@ -259,9 +259,7 @@ def transfer_received(node_id: int, msg: TransferReceived) -> None:
     ckpt = transfer.checkpoint
     if msg["sha256"] != ckpt.sha256 or msg["size_bytes"] != ckpt.size_bytes:
         raise RefusedError("received checkpoint does not match the recorded sha256/size")
-    updated = Transfer.objects.filter(pk=transfer.pk, state=TransferState.ISSUED).update(
-        state=TransferState.RECEIVED, finished_at=timezone.now())
-    if not updated:
+    if not lifecycle.finish_transfer(transfer.pk, TransferState.RECEIVED):
         return
     ckpt.replica_nodes.add(node_id)
     if transfer.purpose == TransferPurpose.PRESYNC:
@@ -286,8 +284,7 @@ def transfer_sent(node_id: int, msg: TransferSent) -> None:
                                                    errors=(transfer.errors or []) + errors)
     if msg["ok"]:
         return
-    updated = Transfer.objects.filter(pk=transfer.pk, state=TransferState.ISSUED).update(
-        state=TransferState.FAILED, finished_at=timezone.now())
+    updated = lifecycle.finish_transfer(transfer.pk, TransferState.FAILED)
     if updated and transfer.migration_id is not None:
         mig_id = transfer.migration_id
         outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)

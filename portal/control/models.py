@@ -114,6 +114,11 @@ class MigrationWork(models.Model):
     transferred_at = models.DateTimeField(null=True, blank=True)
     resumed_at = models.DateTimeField(null=True, blank=True)
     detail = models.CharField(max_length=300, blank=True, default="")
+    # Kept by portal.control.lifecycle on every move: when the phase began, by when it should be left (None:
+    # another deadline governs it, e.g. the reclaim's or the transfer token's), and how often it was re-entered.
+    phase_entered_at = models.DateTimeField(null=True, blank=True)
+    phase_deadline_at = models.DateTimeField(null=True, blank=True)
+    phase_attempts = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-requested_at", "-id"]

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.control import commands, protocol
+from portal.control import commands, lifecycle, protocol
 from portal.control.models import MigrationPhase, MigrationWork, ReclaimWork, Transfer, TransferState
 from portal.control.state import Campus, build_p2, load_campus, p2_view
 from portal.control.workflow import (
@@ -119,8 +119,7 @@ def _fail_transfers(which: Q) -> int:
     for transfer_pk, mig_id in Transfer.objects.filter(which, state=TransferState.ISSUED).values_list(
         "pk", "migration_id"
     ):
-        failed = Transfer.objects.filter(pk=transfer_pk, state=TransferState.ISSUED).update(
-            state=TransferState.FAILED, finished_at=timezone.now())
+        failed = int(lifecycle.finish_transfer(transfer_pk, TransferState.FAILED))
         failed_count += failed
         if failed and mig_id is not None:
             outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)

@@ -13,7 +13,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.control import commands
+from portal.control import lifecycle as migration_lifecycle
 from portal.control.estimates import update_estimates
+from portal.control.lifecycle import START_TIMEOUT_S
 from portal.control.models import (
     JobRuntime,
     MigrationPhase,
@@ -55,7 +57,6 @@ from scheduler.p2 import select_destination
 log = logging.getLogger(__name__)
 
 TICK_LOCK_KEY = 0x52434C4E  # "RCLN": one control tick at a time across workers
-START_TIMEOUT_S = 30.0
 INTERVAL_CHANGE = 0.05  # resend an interval only when it moved by more than 5 %
 
 
@@ -221,8 +222,7 @@ def place_job(job_id: int) -> str:
             return f"resuming on {dest}"
         if work is not None:  # lost with no checkpoint anywhere: restart from scratch
             Migration.objects.filter(pk=work.migration_id).update(finished_at=timezone.now(), success=False)
-            work.phase = MigrationPhase.DONE
-            work.save()
+            migration_lifecycle.move(work, MigrationPhase.DONE, detail="nothing copied off: restarted from scratch")
         from scheduler.p2 import survival
 
         surv = survival(campus.hazard_per_s_by_hour, campus.now_hour, max(1.0, job.expected_runtime_s))

@@ -21,6 +21,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from portal.control import commands
+from portal.control import lifecycle as migration_lifecycle
 from portal.control.models import (
     AgentSession,
     JobRuntime,
@@ -171,15 +172,12 @@ def resume_from(work: MigrationWork, campus: Campus, ckpt: Checkpoint, holder_pk
     work.restore_sequence = ckpt.sequence
     work.ckpt_holder_id = holder_pk
     if dest_pk == holder_pk:
-        work.phase = MigrationPhase.STARTING
-        work.transferred_at = timezone.now()
-        work.save()
+        migration_lifecycle.move(work, MigrationPhase.STARTING, transferred_at=timezone.now())
         start_on(job, dest_pk, campus.free_indices.get(dest_pk, [])[: job.gpu_count], ckpt, "resume")
         return
     purpose = TransferPurpose.MIGRATION if mig.mode == MigrationMode.PLANNED else TransferPurpose.EMERGENCY
     rate = mig.assigned_rate_bytes_per_s or emergency_rate(campus, holder_pk, dest_pk)
-    work.phase = MigrationPhase.TRANSFERRING
-    work.save()
+    migration_lifecycle.move(work, MigrationPhase.TRANSFERRING)
     if issue_transfer(ckpt, holder_pk, dest_pk, purpose, rate, migration=mig) is None:
         to_waiting(work, "destination agent has no data address")
 
@@ -191,9 +189,7 @@ def to_waiting(work: MigrationWork, detail: str) -> None:
     if job.state in (JobState.RUNNING, JobState.MIGRATING):
         job_lifecycle.requeue(job)
     Migration.objects.filter(pk=work.migration_id).update(destination=None)
-    work.phase = MigrationPhase.WAITING
-    work.detail = detail[:300]
-    work.save()
+    migration_lifecycle.move(work, MigrationPhase.WAITING, detail=detail[:300])
     publish_after_commit(job_groups(job), "job.state", job_id=job.pk, state=job.state, detail=detail)
 
 
@@ -262,9 +258,7 @@ def advance(migration_id: int) -> str:
         if job.state in TERMINAL and work.phase not in (MigrationPhase.DONE, MigrationPhase.FAILED):
             # Cancelled (or failed) while moving: stop here, free whatever the destination holds.
             close_placement(job, "cancelled")
-            work.phase = MigrationPhase.FAILED
-            work.detail = f"job {job.state} during migration"
-            work.save()
+            migration_lifecycle.move(work, MigrationPhase.FAILED, detail=f"job {job.state} during migration")
             Migration.objects.filter(pk=mig.pk).update(finished_at=timezone.now(), success=False)
             return work.phase
         if work.phase == MigrationPhase.CHECKPOINTING and work.restore_sequence is not None:
@@ -279,9 +273,8 @@ def advance(migration_id: int) -> str:
             if transfer is None:
                 return work.phase
             if transfer.state == TransferState.RECEIVED:
-                work.phase = MigrationPhase.STARTING
-                work.transferred_at = transfer.finished_at or timezone.now()
-                work.save()
+                migration_lifecycle.move(work, MigrationPhase.STARTING,
+                                         transferred_at=transfer.finished_at or timezone.now())
                 campus = load_campus()
                 free = campus.free_indices.get(mig.destination_id, [])
                 start_on(job, mig.destination_id, free[: job.gpu_count], transfer.checkpoint, "migrated")
@@ -297,9 +290,7 @@ def finish_started(job: Job, node_pk: int) -> MigrationWork | None:
     if work is None:
         return None
     now = timezone.now()
-    work.phase = MigrationPhase.DONE
-    work.resumed_at = now
-    work.save()
+    migration_lifecycle.move(work, MigrationPhase.DONE, resumed_at=now)
     downtime = (now - work.requested_at).total_seconds()
     Migration.objects.filter(pk=work.migration_id).update(finished_at=now, success=True, downtime_s=downtime,
                                                           destination_id=node_pk)

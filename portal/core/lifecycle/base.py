@@ -32,19 +32,20 @@ def apply_transition(
     obj: models.Model,
     target: str,
     extra_fields: Mapping[str, Any] | None = None,
+    field: str = "state",
 ) -> None:
-    """Move ``obj.state`` to ``target`` if ``allowed`` permits it, atomically with ``extra_fields``.
+    """Move ``obj.<field>`` to ``target`` if ``allowed`` permits it, atomically with ``extra_fields``.
 
     1. Refuse (``InvalidTransition``) if ``target`` is not reachable from the in-memory state.
-    2. ``UPDATE … SET state=target, extra… WHERE pk=… AND state=<in-memory state>``.
+    2. ``UPDATE … SET field=target, extra… WHERE pk=… AND field=<in-memory state>``.
     3. If no row matched, another writer got there first: raise ``ConcurrentTransition``.
     4. Only then mirror the new values onto ``obj``.
     """
-    current = obj.state  # type: ignore[attr-defined]
+    current = getattr(obj, field)
     if target not in allowed.get(current, frozenset()):
         raise InvalidTransition(machine, current, target)
-    values = {"state": target, **(extra_fields or {})}
-    updated = type(obj)._default_manager.filter(pk=obj.pk, state=current).update(**values)
+    values = {field: target, **(extra_fields or {})}
+    updated = type(obj)._default_manager.filter(pk=obj.pk, **{field: current}).update(**values)
     if updated != 1:
         raise ConcurrentTransition(f"{machine} {obj.pk}: state is no longer {current!r}")
     for field, value in values.items():
@@ -54,3 +55,25 @@ def apply_transition(
 def reachable(allowed: Mapping[str, frozenset[str]], current: str, target: str) -> bool:
     """Whether ``target`` is one step from ``current``."""
     return target in allowed.get(current, frozenset())
+
+
+def claim_transition(
+    machine: str,
+    allowed: Mapping[str, frozenset[str]],
+    model: type[models.Model],
+    pk: Any,
+    current: str,
+    target: str,
+    extra_fields: Mapping[str, Any] | None = None,
+    field: str = "state",
+) -> bool:
+    """First one wins: move row ``pk`` from ``current`` to ``target`` if it is still in ``current``.
+
+    For facts that may arrive twice or race each other (a transfer reported received and timed out at once):
+    True for the one caller that moved it, False for every other. A transition not in ``allowed`` raises
+    ``InvalidTransition`` and changes nothing.
+    """
+    if target not in allowed.get(current, frozenset()):
+        raise InvalidTransition(machine, current, target)
+    values = {field: target, **(extra_fields or {})}
+    return model._default_manager.filter(pk=pk, **{field: current}).update(**values) == 1
