@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -26,6 +27,8 @@ from portal.core.models import (
     Switch,
 )
 from portal.core.services import nodes as node_services
+
+T = TypeVar("T")
 
 _seq = itertools.count(1)
 PASSWORD = "test-password-123"
@@ -165,3 +168,36 @@ def make_two_labs() -> TwoLabs:
     node, token = make_node(lab, building, name="vision-01", gpus=2, state="online")
     other_node, _ = make_node(other_lab, building, name="robotics-01", state="online")
     return TwoLabs(users, building, lab, other_lab, group, other_group, node, token, other_node)
+
+
+def at_once(count: int, action: Callable[[], T], timeout_s: float = 60.0) -> list[T]:
+    """Run ``action`` in ``count`` threads released together (each with its own database connection, closed
+    after); returns their results, re-raising the first error in the caller's thread."""
+    import threading
+
+    from django.db import connection
+
+    barrier = threading.Barrier(count)
+    results: list[T] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        try:
+            barrier.wait(10)
+            result = action()
+            with lock:
+                results.append(result)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    if errors:
+        raise errors[0]
+    return results

@@ -3,7 +3,6 @@ same key with another body is refused (422); failures keep no key; concurrent tw
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import Any
 
@@ -111,26 +110,16 @@ def test_concurrent_twins_with_one_key_create_one_job() -> None:
     t = f.make_two_labs()
     user = t.users["researcher"]
     key = uuid.uuid4().hex
-    statuses: list[int] = []
-    bodies: list[Any] = []
-    barrier = threading.Barrier(6)
 
-    def send() -> None:
-        try:
-            client = APIClient()
-            client.force_authenticate(user)
-            barrier.wait(10)
-            response = _post(client, "/api/jobs/", JOB, key)
-            statuses.append(response.status_code)
-            bodies.append(response.json())
-        finally:
-            connection.close()
+    def send() -> tuple[int, Any]:
+        client = APIClient()
+        client.force_authenticate(user)
+        response = _post(client, "/api/jobs/", JOB, key)
+        return response.status_code, response.json()
 
-    threads = [threading.Thread(target=send) for _ in range(6)]
-    for t_ in threads:
-        t_.start()
-    for t_ in threads:
-        t_.join(30)
+    answers = f.at_once(6, send)
+    statuses = [status for status, _ in answers]
+    bodies = [body for _, body in answers]
     assert statuses == [201] * 6
     assert all(body == bodies[0] for body in bodies)
     assert Job.objects.filter(name="retry-me").count() == 1
@@ -140,26 +129,16 @@ def test_concurrent_twins_with_one_key_create_one_job() -> None:
 def test_two_registrations_of_one_name_at_once_answer_201_and_400_never_500() -> None:
     t = f.make_two_labs()
     body = {"name": "twin-01", "building": t.building.pk, "gpus": [{"model": "RTX 3090"}]}
-    statuses: list[int] = []
-    answers: list[Any] = []
-    barrier = threading.Barrier(4)
 
-    def send() -> None:
-        try:
-            client = APIClient()
-            client.force_authenticate(t.users["provider"])
-            barrier.wait(10)
-            response = _post(client, "/api/nodes/", body, uuid.uuid4().hex)  # different keys: real twins
-            statuses.append(response.status_code)
-            answers.append(response.json())
-        finally:
-            connection.close()
+    def send() -> tuple[int, Any]:
+        client = APIClient()
+        client.force_authenticate(t.users["provider"])
+        response = _post(client, "/api/nodes/", body, uuid.uuid4().hex)  # different keys: real twins
+        return response.status_code, response.json()
 
-    threads = [threading.Thread(target=send) for _ in range(4)]
-    for t_ in threads:
-        t_.start()
-    for t_ in threads:
-        t_.join(30)
+    results = f.at_once(4, send)
+    statuses = [status for status, _ in results]
+    answers = [answer for _, answer in results]
     assert sorted(statuses) == [201, 400, 400, 400]
     assert all("name" in a for a, s in zip(answers, statuses, strict=True) if s == 400)
     assert Node.objects.filter(name="twin-01").count() == 1

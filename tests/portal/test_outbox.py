@@ -15,6 +15,7 @@ from portal.core import outbox
 from portal.core.models import Job, OutboxMessage
 from portal.core.services import jobs as job_services
 from tests.portal.conftest import World
+from tests.portal.factories import at_once
 
 
 def _submit(world: World, name: str = "gpt") -> Job:
@@ -83,26 +84,15 @@ def test_concurrent_relays_never_hand_over_the_same_row() -> None:
         outbox.enqueue(outbox.Task.PLACE_JOB, i)
     handed: list[int] = []
     lock = threading.Lock()
-    barrier = threading.Barrier(4)
 
     def relay() -> None:
-        from django.db import connection as thread_connection
+        while True:
+            sent, _ = outbox.relay_once(lambda m: (lock.acquire(), handed.append(m.args[0]), lock.release()),
+                                        limit=7)
+            if not sent:
+                break
 
-        try:
-            barrier.wait(10)
-            while True:
-                sent, _ = outbox.relay_once(lambda m: (lock.acquire(), handed.append(m.args[0]), lock.release()),
-                                            limit=7)
-                if not sent:
-                    break
-        finally:
-            thread_connection.close()
-
-    threads = [threading.Thread(target=relay) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    at_once(4, relay)
     assert sorted(handed) == list(range(200))
     assert outbox.pending() == 0
 
