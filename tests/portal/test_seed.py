@@ -75,7 +75,10 @@ def test_seed_agent_tokens_file(tmp_path: Path) -> None:
     import json
 
     target = tmp_path / "tokens.json"
+    target.write_text("{}")
+    target.chmod(0o644)  # a file left from an earlier run, readable by everyone
     _seed("--agent-tokens", str(target))
+    assert target.stat().st_mode & 0o777 == 0o600  # the tokens are secrets: owner only
     tokens = json.loads(target.read_text())
     assert len(tokens) == 54
     name, token = next(iter(tokens.items()))

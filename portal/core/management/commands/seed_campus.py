@@ -12,6 +12,7 @@ Idempotent: objects are found by name and only created when missing; existing ro
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ class Command(BaseCommand):
         if options["agent_tokens"]:
             tokens = {node.name: node_services.rotate_agent_token(node, None)
                       for node in Node.objects.filter(name__in=self._node_names()).order_by("name")}
-            Path(options["agent_tokens"]).write_text(json.dumps(tokens, indent=1))
+            _write_secret(Path(options["agent_tokens"]), json.dumps(tokens, indent=1))
         nodes = Node.objects.filter(name__in=self._node_names())
         gpus = sum(node.gpus.count() for node in nodes)
         self.stdout.write(
@@ -132,3 +133,11 @@ class Command(BaseCommand):
                 ResearchGroup.objects.get(name=group).members.add(user)
             created += 1
         return created
+
+
+def _write_secret(path: Path, text: str) -> None:
+    """Write a file only its owner can read (0600 from creation, never world-readable for a moment)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its old mode through O_CREAT: tighten it too
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
