@@ -1,6 +1,6 @@
 """ASGI entry point: HTTP through Django, websockets through Channels (agents and browsers).
 
-Django is set up before any consumer is imported (CONVENTIONS: Channels).
+Django is set up before any consumer is imported (the consumers import models).
 """
 
 from __future__ import annotations

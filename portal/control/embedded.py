@@ -67,16 +67,19 @@ async def _relay_loop() -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closing
             loop.call_soon_threadsafe(wake.set)
 
-    outbox.add_wake_listener(on_commit)
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), RELAY_POLL_S)
-        wake.clear()
-        try:
-            while await database_sync_to_async(_relay_batch)():
-                pass  # tasks may queue more work: relay until nothing is due
-        except Exception:
-            log.exception("outbox relay failed")
+    remove_listener = outbox.add_wake_listener(on_commit)
+    try:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), RELAY_POLL_S)
+            wake.clear()
+            try:
+                while await database_sync_to_async(_relay_batch)():
+                    pass  # tasks may queue more work: relay until nothing is due
+            except Exception:
+                log.exception("outbox relay failed")
+    finally:
+        remove_listener()  # a restarted loop registers its own
 
 
 def ensure_started() -> None:

@@ -128,7 +128,8 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
         for gpu in msg["gpus"][:64]:
             if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
                 continue
-            if known and gpu["index"] not in known:  # GPUs only as the provider registered them
+            # GPUs only as the provider registered them (a node registered with none takes the agent's list).
+            if known and gpu["index"] not in known:
                 unregistered.append(gpu["index"])
                 continue
             vram = gpu.get("vram_gb", 1)

@@ -1,4 +1,4 @@
-"""Django admin for every model. States are read-only here: only the lifecycles move them (CONVENTIONS)."""
+"""Django admin for every model. States are read-only here: only the lifecycles move them."""
 
 from __future__ import annotations
 

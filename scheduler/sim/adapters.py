@@ -1,4 +1,7 @@
-"""Adapters from the external traces in ../shared/traces (see its README) to the campus model (design §7).
+"""Adapters from public external traces to the campus model (design §7 "External traces").
+
+The traces live outside the project, in the folder ``RECLAIMNET_TRACES_DIR`` names (default: a ``shared/traces``
+folder beside the checkout); evaluation sections whose trace is missing are skipped.
 
 None of these traces is a campus log, so each is mapped explicitly (the evaluation report repeats this):
 - bamboo ``t_ms,add|remove,nodeN`` (AWS spot pools): every instance occupies a campus node slot while it
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +32,8 @@ import numpy as np
 from scheduler.sim.trace import Trace, TraceError, load, validate
 from scheduler.sim.tracegen import DAY_S, GenConfig, generate
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
+SHARED = Path(os.environ.get("RECLAIMNET_TRACES_DIR")
+              or Path(__file__).resolve().parents[3] / "shared" / "traces")
 EXTERNAL = {
     "bamboo-p3": "bamboo/p3-trace.csv",
     "bamboo-g4dn": "bamboo/g4dn-trace.csv",

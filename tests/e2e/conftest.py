@@ -63,12 +63,7 @@ def stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, An
     reason = _services_available()
     if reason:
         pytest.skip(reason)
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    if not str(db["NAME"]).startswith("test_"):
-        pytest.fail("refusing to run e2e on a non-test database (no django_db test collected?)")
-    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    database_url = harness.stack_database_url()
     workdir = Path(tempfile.mkdtemp(prefix="reclaimnet-e2e-"))
     redis_url = harness.redis_db(os.environ["REDIS_URL"], 3)  # other suites may queue tasks in db 0
     restore_broker = harness.use_broker(redis_url)

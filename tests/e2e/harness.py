@@ -37,6 +37,16 @@ def redis_db(url: str, db: int) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
 
 
+def stack_database_url() -> str:
+    """The URL of the test database pytest-django created, for the stack's processes (refuses any other)."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if not str(db["NAME"]).startswith("test_"):
+        raise RuntimeError("refusing to run e2e on a non-test database (no django_db test collected?)")
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
 def wait_for(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.1, what: str = "") -> Any:
     """Poll ``predicate`` until it returns something truthy; raise TimeoutError naming ``what``."""
     deadline = time.monotonic() + timeout_s
@@ -47,6 +57,19 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, interval_s: float =
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:.1f} s waiting for {what or predicate}")
         time.sleep(interval_s)
+
+
+def wait_listening(proc: Proc, port: int, timeout_s: float) -> None:
+    """Wait until ``proc`` accepts connections on ``port``; fail at once, with its log, if it exits."""
+
+    def up() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        return False
+
+    wait_for(up, timeout_s, what=f"{proc.name} to listen on {port}")
 
 
 @dataclass
@@ -134,15 +157,7 @@ class Stack:
         self.port = self.port or free_port()
         proc = self._spawn("daphne", [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                                       "portal.asgi:application"])
-
-        def up() -> bool:
-            if not proc.alive():
-                raise RuntimeError(f"daphne exited:\n{proc.tail()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                return True
-            return False
-
-        wait_for(up, 30, what="daphne to listen")
+        wait_listening(proc, self.port, 30)
         return proc
 
     def start_worker(self, name: str = "celery", *, beat: bool = True, pool: str = "solo",

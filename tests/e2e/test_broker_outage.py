@@ -75,10 +75,7 @@ def outage(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, A
         pytest.skip("needs PostgreSQL")
     if not shutil.which("redis-server") and not Path("/usr/bin/redis-server").exists():
         pytest.skip("needs redis-server")
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    database_url = harness.stack_database_url()
     workdir = Path(tempfile.mkdtemp(prefix="reclaimnet-outage-"))
     redis = PrivateRedis(workdir)
     redis.start()

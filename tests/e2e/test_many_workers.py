@@ -40,10 +40,7 @@ def campus(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, A
     if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")) or \
             not os.environ.get("REDIS_URL"):
         pytest.skip("needs PostgreSQL and Redis")
-    from django.conf import settings
-
-    db = settings.DATABASES["default"]
-    database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    database_url = harness.stack_database_url()
     workdir = Path(tempfile.mkdtemp(prefix="reclaimnet-workers-"))
     redis_url = harness.redis_db(os.environ["REDIS_URL"], 4)
     restore_broker = harness.use_broker(redis_url)

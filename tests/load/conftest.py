@@ -15,7 +15,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -130,15 +129,7 @@ class Deployment:
         self.env["CSRF_TRUSTED_ORIGINS"] = self.base_url
         proc = self.spawn("daphne", [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                                      "portal.asgi:application"])
-
-        def up() -> bool:
-            if not proc.alive():
-                raise RuntimeError(f"daphne exited:\n{proc.tail()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                return True
-            return False
-
-        harness.wait_for(up, 60, what="daphne to listen")
+        harness.wait_listening(proc, self.port, 60)
         return proc
 
     def start_celery(self, concurrency: int = 2) -> tuple[harness.Proc, harness.Proc]:

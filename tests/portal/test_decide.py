@@ -58,7 +58,7 @@ def test_decide_needs_an_object(world: World, client_for: Any, fake_contract: An
 
 @pytest.mark.django_db
 def test_decide_p3_with_the_real_scheduler(world: World, client_for: Any) -> None:
-    # The scheduler core exists (issue 3): a missing or broken scheduler.contract must fail here, not skip.
+    # The scheduler core is part of the project: a missing or broken scheduler.contract must fail here, not skip.
     importlib.import_module("scheduler.contract")
     body = {"capacity_bytes_per_s": 125e6, "flows": [{"id": "f1", "bytes": 1e9, "notice_s": 60, "restart_s": 5}]}
     response = client_for("researcher").post("/api/decide/p3/", body, format="json")

@@ -1,4 +1,4 @@
-"""Every state-machine transition, allowed and refused (design §1 lifecycles; CONVENTIONS "Statuses")."""
+"""Every state-machine transition, allowed and refused (design §1 lifecycles)."""
 
 from __future__ import annotations
 

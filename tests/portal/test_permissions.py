@@ -1,4 +1,4 @@
-"""The permission matrix: each role x each write endpoint (design §1 roles; issue 2 "Show").
+"""The permission matrix: each role x each write endpoint (design §1 roles).
 
 A refused call must change nothing in the database and hand nothing to the control plane.
 """

@@ -1,4 +1,4 @@
-"""The OpenAPI 3 schema generates with no warnings and validates (CONVENTIONS "API"; issue 2 "Show")."""
+"""The OpenAPI 3 schema generates with no warnings and validates."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every API input field with bad values → 400 naming the field, and nothing changed (issue 2 "Show")."""
+"""Every API input field with bad values → 400 naming the field, and nothing changed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Validation of the simulator against closed forms (design §2 Lemma 1, Theorem 2; issue 7 "Show")."""
+"""Validation of the simulator against closed forms (design §2 Lemma 1, Theorem 2)."""
 
 from __future__ import annotations
 

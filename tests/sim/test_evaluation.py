@@ -1,4 +1,4 @@
-"""Evaluation pieces of issue 7: the strict loss-budget variant, the failure breakdown, and the helpers of
+"""Evaluation pieces: the strict loss-budget variant, the failure breakdown, and the helpers of
 scripts/evaluate.py and scripts/hazard_drift.py (replicate statistics, oracle theory, re-convergence)."""
 
 from __future__ import annotations

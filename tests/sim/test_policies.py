@@ -1,4 +1,4 @@
-"""Oracle bound, determinism and policy naming (issue 7)."""
+"""Oracle bound, determinism and policy naming."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""State machines: the only code that moves a job's or a node's state (CONVENTIONS "Statuses")."""
+"""State machines: the only code that moves a job's or a node's state."""
 
 from portal.core.lifecycle.base import ConcurrentTransition, InvalidTransition
 
