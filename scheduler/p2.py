@@ -14,7 +14,7 @@ import numpy as np
 
 from scheduler.topology import BottleneckIndex, CampusTree
 
-__all__ = ["EXCLUSION_REASONS", "P2Decision", "P2Request", "select_destination", "survival"]
+__all__ = ["EXCLUSION_REASONS", "P2Decision", "P2Request", "feasible_mask", "select_destination", "survival"]
 
 EXCLUSION_REASONS = ("vram", "capability", "compatibility", "busy", "deadline")
 TIE_RELATIVE = 1e-12  # scores within this relative distance of the minimum tie (design §3: smallest id wins)
@@ -67,6 +67,19 @@ class P2Decision:
         return tuple(
             zip(self.excluded_index.tolist(), [EXCLUSION_REASONS[k] for k in self.excluded_code.tolist()], strict=True)
         )
+
+
+def feasible_mask(
+    free_gpus: np.ndarray, vram_gb: np.ndarray, capability: np.ndarray, compatible: np.ndarray | None, *,
+    gpus: int, vram_gb_needed: float, min_capability: float,
+) -> np.ndarray:
+    """design §3 feasibility, before locality and deadlines: enough free GPUs, VRAM per GPU and compute
+    capability, and checkpoint-compatible (``compatible`` None = every node)."""
+    ok = (np.asarray(free_gpus) >= gpus) & (np.asarray(vram_gb) >= vram_gb_needed)
+    ok &= np.asarray(capability) >= min_capability
+    if compatible is not None:
+        ok &= np.asarray(compatible, dtype=bool)
+    return ok
 
 
 def survival(

@@ -165,6 +165,19 @@ def _write_profiles(node_pks: list[int], profile: np.ndarray, upper: np.ndarray)
             )
 
 
+def write_level_profile(scope: str, hazard_per_s: list[float], upper_per_s: list[float],
+                        provider_id: int | None = None) -> None:
+    """Replace the 24 hourly rows of a provider-level or campus-level estimate."""
+    if scope not in (HazardScope.PROVIDER, HazardScope.CAMPUS) or (scope == HazardScope.PROVIDER) != (
+            provider_id is not None):
+        raise ValueError("a provider profile needs its provider, a campus profile none")
+    with transaction.atomic():
+        HazardEstimate.objects.filter(scope=scope, node=None, provider_id=provider_id).delete()
+        HazardEstimate.objects.bulk_create(
+            [HazardEstimate(scope=scope, provider_id=provider_id, hour_of_day=h, hazard_per_s=float(hazard_per_s[h]),
+                            hazard_upper_per_s=float(upper_per_s[h])) for h in range(24)])
+
+
 def update_estimates() -> dict[str, int]:
     """Called by the control tick."""
     est = _current()

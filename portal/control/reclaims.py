@@ -9,22 +9,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-import numpy as np
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from portal.control import commands, lifecycle, protocol
 from portal.control.models import MigrationPhase, MigrationWork, ReclaimWork, Transfer, TransferState
-from portal.control.state import Campus, build_p2, load_campus, p2_view
-from portal.control.workflow import (
-    ckpt_bytes_of,
-    job_groups,
-    log_decision,
-    publish_after_commit,
-    recover_from_replica,
-    rn,
-)
+from portal.control.plan import ACTIVE_PHASES, Outcome, ReclaimPlan, jobs_leaving, plan_reclaim
+from portal.control.state import load_campus
+from portal.control.workflow import job_groups, log_decision, publish_after_commit, recover_from_replica
 from portal.core import outbox
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
@@ -40,12 +33,9 @@ from portal.core.models import (
     ReclaimOutcome,
 )
 from portal.core.outbox import Task
-from scheduler.p2 import select_destination
-from scheduler.p3 import DSCP, P3Flows, admit_flows_on_paths
+from scheduler.p3 import DSCP
 
 log = logging.getLogger(__name__)
-
-ACTIVE_PHASES = (MigrationPhase.CHECKPOINTING, MigrationPhase.TRANSFERRING)
 
 
 def _claim(reclaim_id: int, column: str, extra: Q | None = None) -> bool:
@@ -67,8 +57,10 @@ def _set_outcome(reclaim: ReclaimEvent, outcome: str, detail: str = "", finished
     ReclaimEvent.objects.filter(pk=reclaim.pk, finished_at__isnull=True).update(**fields)
 
 
-def run_reclaim(reclaim_id: int) -> str:
-    """Start the workflow of a reclaim the provider requested (or a lost node), exactly once."""
+def run_reclaim(reclaim_id: int, now: dt.datetime | None = None) -> str:
+    """Start the workflow of a reclaim the provider requested (or a lost node), exactly once.
+
+    ``now`` (default: the clock) is when the plan is made; the notice left is the deadline minus ``now``."""
     with transaction.atomic():
         if not _claim(reclaim_id, "planned_at"):
             return "already planned"
@@ -77,23 +69,25 @@ def run_reclaim(reclaim_id: int) -> str:
         publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "reclaim",
                              reclaim_id=reclaim.pk, node_id=node.pk, kind=reclaim.kind, notice_s=reclaim.notice_s)
         if reclaim.kind == ReclaimKind.SCHEDULED:
-            return _plan_scheduled(reclaim)
+            return _plan_scheduled(reclaim, now or timezone.now())
         return _emergency(reclaim)
 
 
 def _emergency(reclaim: ReclaimEvent) -> str:
     """τ = 0 (emergency, kill-switch, lost heartbeat): stop everything on the node now, resume every job from
-    its freshest pre-synced replica (design §1, §3)."""
+    its freshest pre-synced replica as the plan says (design §1, §3)."""
     node = reclaim.node
     if reclaim.kind != ReclaimKind.HEARTBEAT_LOST:  # a silent node is not the provider's yet: stop jobs only
         commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
     jobs = _jobs_on(node.pk)
     moving = MigrationWork.objects.filter(migration__source=node, phase=MigrationPhase.CHECKPOINTING).exists()
     campus = load_campus() if jobs or moving else None
-    for job in jobs:
-        work = (MigrationWork.objects.select_related("migration")
-                .filter(migration__job=job, phase__in=ACTIVE_PHASES).first())
-        recover_from_replica(job, node.pk, reclaim, reclaim.kind, work=work, campus=campus)
+    if campus is not None:
+        plan = plan_reclaim(campus, node.pk, 0.0, lost_at=reclaim.requested_at, jobs=jobs)
+        for jp in plan.jobs:
+            work = (MigrationWork.objects.select_related("migration")
+                    .filter(migration__job=jp.job, phase__in=ACTIVE_PHASES).first())
+            recover_from_replica(jp.job, node.pk, reclaim, reclaim.kind, work=work, recovery=jp.recovery)
     # Jobs mid-migration off this node whose checkpoint was still to be written here fall back too.
     for work in MigrationWork.objects.select_related("migration").filter(
         migration__source=node, phase=MigrationPhase.CHECKPOINTING
@@ -148,140 +142,64 @@ def expire_transfers() -> int:
     return n
 
 
-def _plan_scheduled(reclaim: ReclaimEvent) -> str:
-    """Scheduled reclaim: P2 + P3 for every job on the node, jointly with the other migrations in flight.
+def _plan_scheduled(reclaim: ReclaimEvent, now: dt.datetime) -> str:
+    """Scheduled reclaim: plan (``portal.control.plan.plan_reclaim``, the preview's planner), then apply.
 
-    1. Warn the agent (it forces locally at the deadline whatever else happens).
-    2. P2 per job with τ = time left; P3 over all planned flows (new and in flight) on their paths.
-    3. Admitted with C/b + T_r ≤ τ → final checkpoint (planned migration); otherwise degraded recovery now.
+    1. Warn the agent (it forces locally at the deadline whatever else happens); queue the deadline.
+    2. Plan with τ = the time left to the deadline; log each job's P2 and the joint P3 decision.
+    3. Apply: re-rated in-flight migrations get their new rates; loss-free jobs start their final checkpoint
+       (a planned migration at P3's rate); the others recover as planned.
     4. Nothing to move → release the node at once.
     """
     node = reclaim.node
-    now = timezone.now()
     tau = max(0.0, (reclaim.deadline_at - now).total_seconds())
     commands.send(node.pk, "reclaim_notice", reclaim_id=reclaim.pk, deadline_in_s=tau)
     outbox.enqueue(Task.ENFORCE_DEADLINE, reclaim.pk, delay_s=tau + 0.05)
     _set_outcome(reclaim, ReclaimOutcome.DRAINING)
-    jobs = [j for j in _jobs_on(node.pk) if j.state == JobState.RUNNING]
+    jobs = jobs_leaving(node.pk, scheduled=True)
     if not jobs:
         release(reclaim.pk)
         return "released"
-    campus = load_campus()
-    plans = []
-    for job in jobs:
-        c_bytes = ckpt_bytes_of(job)
-        req, view = build_p2(campus, job, node.pk, node.pk, c_bytes, tau, None, rn("ALPHA"), rn("K_MIN"))
-        decision = select_destination(req)
-        response = p2_view(campus, decision)
-        decision_id = log_decision("p2", view, response, job=job, reclaim=reclaim)
-        dest = response["destination"]
-        if dest is not None:
-            campus.free_gpus[campus.index_of[dest]] -= job.gpu_count
-        plans.append((job, c_bytes, dest, decision_id))
-    admitted, rates, reasons, p3_id = _admit(campus, reclaim, tau, plans)
-    for (job, c_bytes, dest, decision_id), ok, rate, reason in zip(plans, admitted, rates, reasons, strict=True):
-        final_ok = ok and dest is not None  # P3 admitted ⇔ rate ≥ r_min = C/(τ − T_r) (design §4, Theorem 3)
-        if final_ok:
-            job_lifecycle.begin_migration(job)
-            mig = Migration.objects.create(job=job, reclaim=reclaim, source=node, destination_id=dest,
-                                           mode=MigrationMode.PLANNED, assigned_rate_bytes_per_s=rate,
-                                           dscp=DSCP["migration"], bytes=int(c_bytes))
-            MigrationWork.objects.create(migration=mig, phase=MigrationPhase.CHECKPOINTING,
-                                         requested_at=reclaim.requested_at, decided_at=timezone.now(),
-                                         p2_decision_id=decision_id, p3_decision_id=p3_id)
-            commands.send(node.pk, "checkpoint", job_id=job.pk, final=True)
-            publish_after_commit(job_groups(job, (node.pk, dest)), "migration", job_id=job.pk, mode="planned",
-                                 migration_id=mig.pk, destination=dest, rate_bytes_per_s=rate)
-        else:
-            why = reason or ("deadline" if dest is None else "notice")
-            recover_from_replica(job, node.pk, reclaim, why, campus=campus)
+    plan = plan_reclaim(load_campus(), node.pk, tau, now=now, lost_at=reclaim.requested_at, jobs=jobs)
+    _apply_plan(reclaim, plan)
     if not MigrationWork.objects.filter(migration__reclaim=reclaim, phase__in=ACTIVE_PHASES).exists():
         release(reclaim.pk)
     return "planned"
 
 
-def _admit(campus: Campus, reclaim: ReclaimEvent, tau: float,
-           plans: list[tuple[Job, float, int | None, object]]) -> tuple[list[bool], list[float], list[str | None], object]:
-    """P3 over the new flows and every planned migration still moving, re-planned jointly (design §4).
-
-    1. Flows: the new ones (time to this deadline) and each in-flight planned migration with its remaining
-       bytes and the time left to *its own* deadline, so its r_min is recomputed (Theorem 3).
-    2. admit_flows_on_paths decides all of them at once; the decision is logged (kind p3) with the new rates
-       of the in-flight flows it changed.
-    3. Changed in-flight rates are persisted (Migration, and its Transfer if one is issued) and, after commit,
-       pushed to the sending agent as ``set_rate``. An in-flight flow P3 no longer admits keeps the rate it has
-       (it is already moving; the kill-switch at its deadline bounds it), and the response says so.
-    """
-    now = timezone.now()
-    ids: list[str] = []
-    sizes: list[float] = []
-    notices: list[float] = []
-    restarts: list[float] = []
-    paths: list[np.ndarray] = []
-    for job, c_bytes, dest, _ in plans:
-        ids.append(f"job-{job.pk}")
-        sizes.append(c_bytes)
-        notices.append(tau if dest is not None else 0.0)
-        restarts.append(job.restart_s)
-        paths.append(campus.path_links(reclaim.node_id, dest) if dest is not None else np.zeros(0, np.int64))
-    inflight: list[Migration] = []
-    for work in MigrationWork.objects.select_related("migration", "migration__reclaim", "migration__job").filter(
-        phase__in=ACTIVE_PHASES, migration__mode=MigrationMode.PLANNED
-    ).exclude(migration__reclaim=reclaim).order_by("migration_id"):
-        mig = work.migration
-        if mig.destination_id is None or mig.reclaim is None:
+def _apply_plan(reclaim: ReclaimEvent, plan: ReclaimPlan) -> None:
+    """Write what ``plan`` decided, in the caller's transaction: decisions, rates, migrations, recoveries."""
+    node = reclaim.node
+    p2_ids = {jp.job.pk: log_decision("p2", jp.p2_request, jp.p2_response or {}, job=jp.job, reclaim=reclaim)
+              for jp in plan.jobs if jp.p2_request is not None}
+    p3_id = log_decision("p3", plan.p3_request, plan.p3_response or {}, reclaim=reclaim) if plan.p3_request else None
+    _apply_replanned_rates(plan.replanned, p3_id)
+    for jp in plan.jobs:
+        job = jp.job
+        if jp.outcome != Outcome.LOSS_FREE:
+            recover_from_replica(job, node.pk, reclaim, jp.reason, recovery=jp.recovery)
             continue
-        inflight.append(mig)
-        ids.append(f"inflight-{mig.pk}")
-        # Remaining bytes: the sender does not report progress, so a transfer under way counts in full —
-        # an upper bound, hence r_min is never under-estimated.
-        sizes.append(float(mig.bytes or mig.job.ckpt_bytes_estimate))
-        notices.append(max(0.0, (mig.reclaim.deadline_at - now).total_seconds()))
-        restarts.append(mig.job.restart_s)
-        paths.append(campus.path_links(mig.source_id, mig.destination_id))
-    flows = P3Flows(ids=tuple(ids), bytes=np.array(sizes), notice_s=np.array(notices),
-                    restart_s=np.array(restarts), cap_bytes_per_s=np.full(len(ids), np.inf))
-    decision = admit_flows_on_paths(flows, campus.link_available_bytes_per_s, paths,
-                                    reserve_fraction=rn("RESERVE_FRACTION"),
-                                    reserve_min_bytes_per_s=rn("RESERVE_MIN_BYTES_PER_S"))
-    n = len(plans)
-    changes: list[tuple[Migration, float]] = []
-    kept: list[dict[str, object]] = []
-    for k, mig in enumerate(inflight, start=n):
-        old = mig.assigned_rate_bytes_per_s
-        if not decision.admitted[k]:
-            kept.append({"id": ids[k], "rate": old, "reason": decision.degraded_reason[k]})
-            continue
-        rate = max(float(decision.rate_bytes_per_s[k]), float(decision.min_rate_bytes_per_s[k]))  # Theorem 3
-        if old is None or abs(rate - old) > 1e-6 * max(rate, old):
-            changes.append((mig, rate))
-    request = {"links": [{"id": pk, "bytes_per_s": float(b)} for pk, b in
-                         zip(campus.link_pks, campus.link_available_bytes_per_s, strict=True)],
-               "reserve_fraction": rn("RESERVE_FRACTION"),
-               "reserve_min_bytes_per_s": rn("RESERVE_MIN_BYTES_PER_S"),
-               "flows": [{"id": i, "bytes": s, "notice_s": n, "restart_s": r, "links": [int(x) for x in p]}
-                         for i, s, n, r, p in zip(ids, sizes, notices, restarts, paths, strict=True)]}
-    response = {"admitted": [{"id": i, "min_rate": float(m), "rate": float(r)} for i, a, m, r in
-                             zip(ids, decision.admitted, decision.min_rate_bytes_per_s, decision.rate_bytes_per_s,
-                                 strict=True) if a],
-                "degraded": [{"id": i, "reason": why} for i, why in zip(ids, decision.degraded_reason, strict=True)
-                             if why],
-                "replanned": [{"id": f"inflight-{m.pk}", "migration": m.pk, "old_rate": m.assigned_rate_bytes_per_s,
-                               "rate": r} for m, r in changes],
-                "inflight_kept": kept}
-    p3_id = log_decision("p3", request, response, reclaim=reclaim)
-    _apply_replanned_rates(changes, p3_id)
-    return ([bool(a) for a in decision.admitted[:n]], [float(r) for r in decision.rate_bytes_per_s[:n]],
-            list(decision.degraded_reason[:n]), p3_id)
+        job_lifecycle.begin_migration(job)
+        mig = Migration.objects.create(job=job, reclaim=reclaim, source=node, destination_id=jp.destination_pk,
+                                       mode=MigrationMode.PLANNED, assigned_rate_bytes_per_s=jp.rate_bytes_per_s,
+                                       dscp=DSCP["migration"], bytes=int(jp.ckpt_bytes))
+        MigrationWork.objects.create(migration=mig, phase=MigrationPhase.CHECKPOINTING,
+                                     requested_at=reclaim.requested_at, decided_at=timezone.now(),
+                                     p2_decision_id=p2_ids.get(job.pk), p3_decision_id=p3_id)
+        commands.send(node.pk, "checkpoint", job_id=job.pk, final=True)
+        publish_after_commit(job_groups(job, (node.pk, jp.destination_pk)), "migration", job_id=job.pk,
+                             mode="planned", migration_id=mig.pk, destination=jp.destination_pk,
+                             rate_bytes_per_s=jp.rate_bytes_per_s)
 
 
-def _apply_replanned_rates(changes: list[tuple[Migration, float]], decision_id: object) -> None:
+def _apply_replanned_rates(changes: tuple[tuple[int, float | None, float], ...], decision_id: object) -> None:
     """Persist the re-planned rates of in-flight migrations and push them to the agents sending them.
 
     A migration still checkpointing has no transfer yet: its new assigned rate is what the transfer will be
     issued with. One already transferring gets its Transfer row updated and a ``set_rate`` after commit.
     """
-    for mig, rate in changes:
+    for mig_pk, _, rate in changes:
+        mig = Migration.objects.get(pk=mig_pk)
         Migration.objects.filter(pk=mig.pk, finished_at__isnull=True).update(assigned_rate_bytes_per_s=rate)
         for transfer in Transfer.objects.filter(migration_id=mig.pk, state=TransferState.ISSUED):
             Transfer.objects.filter(pk=transfer.pk, state=TransferState.ISSUED).update(rate_bytes_per_s=rate)

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from portal.control import commands
 from portal.control import lifecycle as migration_lifecycle
+from portal.control.config import rn
 from portal.control.estimates import update_estimates
 from portal.control.lifecycle import START_TIMEOUT_S
 from portal.control.models import (
@@ -24,24 +25,23 @@ from portal.control.models import (
     TransferPurpose,
     TransferState,
 )
+from portal.control.plan import recovery_rate
 from portal.control.reclaims import enforce_deadline, expire_transfers, node_lost, release
-from portal.control.state import build_p2, freshest_replica, live_nodes, load_campus, lock_allocation, p2_view
+from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.control.workflow import (
     ckpt_bytes_of,
     issue_transfer,
     log_decision,
     resume_from,
-    rn,
     runtime,
     start_on,
     to_waiting,
 )
+from portal.core.campus import freshest_replica, hazard_upper_by_hour, live_node_pks
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import (
     Checkpoint,
-    HazardEstimate,
-    HazardScope,
     Job,
     Migration,
     MigrationMode,
@@ -52,7 +52,7 @@ from portal.core.models import (
     ReclaimKind,
 )
 from scheduler.p1 import P1Jobs, plan_checkpoints
-from scheduler.p2 import select_destination
+from scheduler.p2 import select_destination, survival
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +100,8 @@ def release_finished() -> None:
 
 
 def _hazard_now(node_ids: list[int], hour: int) -> dict[int, float]:
-    """λ⁺ per node for this hour (node estimate, else campus, else the prior)."""
-    from portal.control.state import PRIOR_HAZARD_PER_S
-
-    out = dict.fromkeys(node_ids, PRIOR_HAZARD_PER_S)
-    campus = HazardEstimate.objects.filter(scope=HazardScope.CAMPUS, hour_of_day=hour).values_list(
-        "hazard_upper_per_s", flat=True).first()
-    if campus:
-        out = dict.fromkeys(node_ids, campus)
-    for node_id, value in HazardEstimate.objects.filter(scope=HazardScope.NODE, node_id__in=node_ids,
-                                                        hour_of_day=hour).values_list("node_id", "hazard_upper_per_s"):
-        out[node_id] = max(value, 1e-9)
-    return out
+    """λ⁺ per node for this hour (the campus read model's one fallback chain)."""
+    return dict(zip(node_ids, hazard_upper_by_hour(node_ids, hour=hour).tolist(), strict=True))
 
 
 def p1_tick() -> int:
@@ -189,13 +179,8 @@ def place_job(job_id: int) -> str:
         if work is not None and work.phase != MigrationPhase.WAITING:
             return "migration in progress"
         campus = load_campus()
-        live = live_nodes()
-        found = freshest_replica(job, None, live)
-        need = job.gpu_count
-        feasible = ((campus.free_gpus >= need) & (campus.vram_gb >= job.vram_gb_per_gpu)
-                    & (campus.capability >= float(job.min_capability)))
-        if found is not None and found[0].compute_capability is not None:
-            feasible &= campus.capability >= float(found[0].compute_capability)
+        found = freshest_replica(job, None, campus.live)
+        feasible = campus.feasible(job, found[0] if found is not None else None)
         if not feasible.any():
             return "no capacity"
         if found is not None:
@@ -218,20 +203,20 @@ def place_job(job_id: int) -> str:
                 if dest is None:
                     return "no destination"
             work.decided_at = timezone.now()
-            resume_from(work, campus, ckpt, holder, dest)
+            taken = campus.take_gpus(dest, job.gpu_count)
+            resume_from(work, ckpt, holder, dest, gpu_indices=taken if dest == holder else (),
+                        rate_bytes_per_s=None if dest == holder else recovery_rate(campus, holder, dest))
             return f"resuming on {dest}"
         if work is not None:  # lost with no checkpoint anywhere: restart from scratch
             Migration.objects.filter(pk=work.migration_id).update(finished_at=timezone.now(), success=False)
             migration_lifecycle.move(work, MigrationPhase.DONE, detail="nothing copied off: restarted from scratch")
-        from scheduler.p2 import survival
-
         surv = survival(campus.hazard_per_s_by_hour, campus.now_hour, max(1.0, job.expected_runtime_s))
         order = sorted(np.flatnonzero(feasible), key=lambda i: (-surv[i], campus.node_pks[i]))
         dest = campus.node_pks[int(order[0])]
-        log_decision("p2", {"placement": job.pk, "gpus": need, "vram_gb": job.vram_gb_per_gpu,
+        log_decision("p2", {"placement": job.pk, "gpus": job.gpu_count, "vram_gb": job.vram_gb_per_gpu,
                             "feasible": [campus.node_pks[int(i)] for i in np.flatnonzero(feasible)]},
                      {"destination": dest, "survival": float(surv[int(order[0])])}, job=job)
-        start_on(job, dest, campus.free_indices[dest][:need], None, "placed")
+        start_on(job, dest, campus.take_gpus(dest, job.gpu_count), None, "placed")
         return f"placed on {dest}"
 
 
@@ -275,7 +260,7 @@ def presync(checkpoint_id: int) -> str:
         if Transfer.objects.filter(checkpoint=ckpt, purpose=TransferPurpose.PRESYNC).exclude(
                 state=TransferState.FAILED).exists():
             return "already issued"  # a second delivery of this task
-        live = live_nodes() - {ckpt.node_id}
+        live = live_node_pks() - {ckpt.node_id}
         rt = runtime(job)
         candidates = list(Node.objects.filter(pk__in=live, state__in=[NodeState.ONLINE])
                           .values_list("pk", "building_id"))

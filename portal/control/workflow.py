@@ -15,7 +15,6 @@ import logging
 import uuid
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -33,8 +32,10 @@ from portal.control.models import (
     hash_transfer_token,
     new_transfer_token,
 )
+from portal.control.plan import Recovery, plan_recovery
 from portal.control.publish import publish
-from portal.control.state import Campus, build_p2, freshest_replica, live_nodes, load_campus, p2_view
+from portal.control.state import load_campus
+from portal.core.campus import Campus
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle.jobs import TERMINAL, JobState
 from portal.core.models import (
@@ -47,17 +48,12 @@ from portal.core.models import (
     Placement,
     ReclaimEvent,
 )
-from scheduler.p2 import select_destination
-from scheduler.p3 import DSCP, migration_budget_bytes_per_s
+from scheduler.p3 import DSCP
 
 log = logging.getLogger(__name__)
 
 TRANSFER_TOKEN_TTL_S = 600.0
 DEFAULT_INTERVAL_S = 60.0
-
-
-def rn(key: str) -> Any:
-    return settings.RECLAIMNET[key]
 
 
 def log_decision(kind: str, request: dict[str, Any], response: dict[str, Any], *, job: Job | None = None,
@@ -155,16 +151,11 @@ def issue_transfer(ckpt: Checkpoint, source_pk: int, dest_pk: int, purpose: str,
     return transfer
 
 
-def emergency_rate(campus: Campus, src_pk: int, dst_pk: int) -> float:
-    """Recovery copies have no deadline: the migration budget of the path's bottleneck (design §4)."""
-    bottleneck = campus.bottleneck_bytes_per_s(src_pk, dst_pk, capacity=True)
-    return max(1.0, float(migration_budget_bytes_per_s(bottleneck, rn("RESERVE_FRACTION"),
-                                                        rn("RESERVE_MIN_BYTES_PER_S"))))
-
-
-def resume_from(work: MigrationWork, campus: Campus, ckpt: Checkpoint, holder_pk: int, dest_pk: int) -> None:
-    """Move a migration whose destination is known to its next phase: start at once if the destination holds
-    the checkpoint, else copy it there first (EF for recovery, AF41 for planned)."""
+def resume_from(work: MigrationWork, ckpt: Checkpoint, holder_pk: int, dest_pk: int, *,
+                gpu_indices: list[int] | tuple[int, ...], rate_bytes_per_s: float | None) -> None:
+    """Move a migration whose destination is known to its next phase: start at once on ``gpu_indices`` if the
+    destination holds the checkpoint, else copy it there first at ``rate_bytes_per_s`` (or the migration's
+    assigned rate; EF for recovery, AF41 for planned)."""
     mig = work.migration
     job = mig.job
     Migration.objects.filter(pk=mig.pk).update(destination_id=dest_pk, checkpoint=ckpt)
@@ -173,10 +164,10 @@ def resume_from(work: MigrationWork, campus: Campus, ckpt: Checkpoint, holder_pk
     work.ckpt_holder_id = holder_pk
     if dest_pk == holder_pk:
         migration_lifecycle.move(work, MigrationPhase.STARTING, transferred_at=timezone.now())
-        start_on(job, dest_pk, campus.free_indices.get(dest_pk, [])[: job.gpu_count], ckpt, "resume")
+        start_on(job, dest_pk, list(gpu_indices), ckpt, "resume")
         return
     purpose = TransferPurpose.MIGRATION if mig.mode == MigrationMode.PLANNED else TransferPurpose.EMERGENCY
-    rate = mig.assigned_rate_bytes_per_s or emergency_rate(campus, holder_pk, dest_pk)
+    rate = mig.assigned_rate_bytes_per_s or rate_bytes_per_s
     migration_lifecycle.move(work, MigrationPhase.TRANSFERRING)
     if issue_transfer(ckpt, holder_pk, dest_pk, purpose, rate, migration=mig) is None:
         to_waiting(work, "destination agent has no data address")
@@ -194,12 +185,14 @@ def to_waiting(work: MigrationWork, detail: str) -> None:
 
 
 def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None, reason: str,
-                         work: MigrationWork | None = None, campus: Campus | None = None) -> MigrationWork:
-    """Degraded recovery (design §3 emergency): P2 from the freshest checkpoint copied off ``source_pk``.
+                         work: MigrationWork | None = None, campus: Campus | None = None,
+                         recovery: Recovery | None = None) -> MigrationWork:
+    """Apply a degraded recovery (design §3 emergency), planned by ``portal.control.plan.plan_recovery``.
 
     1. Stop the job on the source (if still reachable), close its placement, move it to ``migrating``.
-    2. Find the freshest replica held by a live node other than the source.
-    3. P2 with the holder as transfer start and no notice; log the decision.
+    2. Use ``recovery`` (a reclaim plan's) or plan one now: the freshest replica off the source, P2 from its
+       holder with no notice.
+    3. Record the migration (degraded, work lost since that replica) and the P2 decision.
     4. Destination = holder: start at once; other destination: copy first (EF); none: wait in the queue.
     """
     now = timezone.now()
@@ -207,40 +200,34 @@ def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None,
     close_placement(job, reason[:32])
     if job.state == JobState.RUNNING:
         job_lifecycle.begin_migration(job)
-    live = live_nodes() - {source_pk}
-    found = freshest_replica(job, source_pk, live)
-    lost_since = found[0].taken_at if found else (job.started_at or now)
     requested_at = reclaim.requested_at if reclaim is not None else now
-    work_lost_s = max(0.0, (requested_at - lost_since).total_seconds())
+    if recovery is None:
+        recovery = plan_recovery(campus or load_campus(), job, source_pk, requested_at)
+    ckpt = recovery.checkpoint
     if work is None:
         mig = Migration.objects.create(job=job, reclaim=reclaim, source_id=source_pk, mode=MigrationMode.DEGRADED,
-                                       degraded_reason=reason[:32], checkpoint=found[0] if found else None,
-                                       work_lost_s=work_lost_s, dscp=DSCP["emergency"])
+                                       degraded_reason=reason[:32], checkpoint=ckpt,
+                                       work_lost_s=recovery.work_lost_s, dscp=DSCP["emergency"])
         work = MigrationWork.objects.create(migration=mig, phase=MigrationPhase.WAITING, requested_at=requested_at)
     else:
         mig = work.migration
         Migration.objects.filter(pk=mig.pk).update(mode=MigrationMode.DEGRADED, degraded_reason=reason[:32],
-                                                   work_lost_s=work_lost_s, dscp=DSCP["emergency"])
+                                                   work_lost_s=recovery.work_lost_s, dscp=DSCP["emergency"])
         mig.mode = MigrationMode.DEGRADED
         mig.assigned_rate_bytes_per_s = None
     publish_after_commit(job_groups(job, (source_pk,)), "migration", job_id=job.pk, migration_id=mig.pk,
                          mode="degraded", reason=reason)
-    if found is None:
+    if ckpt is None or recovery.holder_pk is None:
         to_waiting(work, "no checkpoint copied off the node: restarting from the beginning")
         return work
-    ckpt, holder = found
-    campus = campus or load_campus()
-    req, view = build_p2(campus, job, source_pk, holder, ckpt.size_bytes, None, ckpt, rn("ALPHA"), rn("K_MIN"))
-    decision = select_destination(req)
-    response = p2_view(campus, decision)
-    work.p2_decision_id = log_decision("p2", view, response, job=job, reclaim=reclaim)
+    work.p2_decision_id = log_decision("p2", recovery.p2_request or {}, recovery.p2_response or {}, job=job,
+                                       reclaim=reclaim)
     work.decided_at = timezone.now()
-    dest = response["destination"]
-    if dest is None:
+    if recovery.destination_pk is None:
         to_waiting(work, "no feasible destination")
         return work
-    campus.free_gpus[campus.index_of[dest]] -= job.gpu_count  # joint decisions in one call see each other
-    resume_from(work, campus, ckpt, holder, dest)
+    resume_from(work, ckpt, recovery.holder_pk, recovery.destination_pk, gpu_indices=recovery.gpu_indices,
+                rate_bytes_per_s=recovery.rate_bytes_per_s)
     return work
 
 
@@ -263,11 +250,11 @@ def advance(migration_id: int) -> str:
             return work.phase
         if work.phase == MigrationPhase.CHECKPOINTING and work.restore_sequence is not None:
             ckpt = Checkpoint.objects.get(job=job, sequence=work.restore_sequence)
-            campus = load_campus()
             if mig.destination_id is None:
                 return work.phase
             close_placement(job, "migrated")
-            resume_from(work, campus, ckpt, mig.source_id, mig.destination_id)
+            resume_from(work, ckpt, mig.source_id, mig.destination_id, gpu_indices=(),
+                        rate_bytes_per_s=mig.assigned_rate_bytes_per_s)
         elif work.phase == MigrationPhase.TRANSFERRING:
             transfer = Transfer.objects.filter(migration=mig).order_by("-created_at").first()
             if transfer is None:
@@ -276,6 +263,7 @@ def advance(migration_id: int) -> str:
                 migration_lifecycle.move(work, MigrationPhase.STARTING,
                                          transferred_at=transfer.finished_at or timezone.now())
                 campus = load_campus()
+                # The migration's reservation is out of free_gpus already; its GPUs are the first idle ones.
                 free = campus.free_indices.get(mig.destination_id, [])
                 start_on(job, mig.destination_id, free[: job.gpu_count], transfer.checkpoint, "migrated")
             elif transfer.state == TransferState.FAILED:

@@ -18,14 +18,13 @@ import numpy as np
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from portal.core import campus
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import (
     BandwidthSample,
     DecisionLog,
     Gpu,
-    HazardEstimate,
-    HazardScope,
     Link,
     LinkEstimate,
     Migration,
@@ -89,14 +88,6 @@ def _percentile(values: list[float], q: float) -> float | None:
 # --- tables -----------------------------------------------------------------------------------------------------
 
 
-def lent_gpu_count() -> int:
-    """GPUs offered for lending now: GPUs of nodes not retired, minus each node's floor."""
-    total = 0
-    for node in Node.objects.exclude(state=NodeState.RETIRED).annotate(n=Count("gpus")):
-        total += max(0, node.n - node.gpu_floor)
-    return total
-
-
 def utilisation() -> Table:
     """GPU utilisation over time: busy GPU-time of placements / GPUs lent now (design §6 "GPU util %")."""
     now = timezone.now()
@@ -109,7 +100,7 @@ def utilisation() -> Table:
     earliest = min((p.started_at for p in placements), default=None)
     starts = _buckets(earliest, now)
     step = _step(starts)
-    lent = lent_gpu_count()
+    lent = campus.lendable_gpus_total()
     table = Table(
         "utilisation",
         "GPU utilisation over time",
@@ -143,15 +134,7 @@ def reclaims_by_hour() -> Table:
 
 def hazard_profile() -> Table:
     """Estimated emergency-reclaim hazard by hour against the observed rate (per lent node-hour)."""
-    estimates = {
-        h: v * 3600
-        for h, v in HazardEstimate.objects.filter(scope=HazardScope.CAMPUS).values_list("hour_of_day", "hazard_per_s")
-    }
-    if not estimates:  # no campus estimate yet: average the per-node ones
-        per_hour: dict[int, list[float]] = defaultdict(list)
-        for h, v in HazardEstimate.objects.values_list("hour_of_day", "hazard_per_s"):
-            per_hour[h].append(v)
-        estimates = {h: 3600 * sum(v) / len(v) for h, v in per_hour.items()}
+    estimates = {h: v * 3600 for h, v in campus.campus_hazard_by_hour().items()}
     since = timezone.now() - timedelta(days=WINDOW_DAYS)
     events = list(
         ReclaimEvent.objects.filter(requested_at__gte=since, kind__in=EMERGENCY_KINDS).values_list(
@@ -337,9 +320,7 @@ def building_bandwidth() -> Table:
 
 def adaptivity() -> Table:
     """Theorem 2's adaptivity gap over the 24 hourly epochs: campus hazard λ_h and available bandwidth B_h."""
-    hazard = dict(
-        HazardEstimate.objects.filter(scope=HazardScope.CAMPUS).values_list("hour_of_day", "hazard_per_s")
-    )
+    hazard = campus.campus_hazard_by_hour()
     per_hour: dict[int, list[float]] = defaultdict(list)
     since = timezone.now() - timedelta(days=WINDOW_DAYS)
     for t, v in BandwidthSample.objects.filter(sampled_at__gte=since).values_list("sampled_at", "bytes_per_s")[
@@ -444,7 +425,7 @@ def summary() -> dict[str, Any]:
     return {
         "nodes_online": Node.objects.filter(state=NodeState.ONLINE).count(),
         "nodes_total": Node.objects.exclude(state=NodeState.RETIRED).count(),
-        "gpus_lent": lent_gpu_count(),
+        "gpus_lent": campus.lendable_gpus_total(),
         "gpus_total": Gpu.objects.exclude(node__state=NodeState.RETIRED).count(),
         "jobs_running": Placement.objects.filter(ended_at__isnull=True).count(),
         "reclaims_week": ReclaimEvent.objects.filter(requested_at__gte=week).count(),

@@ -22,6 +22,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from portal.control.estimates import write_level_profile
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.nodes import NodeState
@@ -29,7 +30,6 @@ from portal.core.models import (
     BandwidthSample,
     Checkpoint,
     DecisionLog,
-    HazardEstimate,
     HazardScope,
     Job,
     Link,
@@ -88,12 +88,8 @@ def seed_history(
 
 
 def _hazard_and_bandwidth(rng: random.Random, now: datetime, start: datetime) -> dict[str, int]:
-    for hour in range(24):
-        lam = hourly_hazard_per_s(hour)
-        HazardEstimate.objects.update_or_create(
-            scope=HazardScope.CAMPUS, node=None, provider=None, hour_of_day=hour,
-            defaults={"hazard_per_s": lam, "hazard_upper_per_s": lam * 1.3},
-        )
+    profile = [hourly_hazard_per_s(hour) for hour in range(24)]
+    write_level_profile(HazardScope.CAMPUS, profile, [lam * 1.3 for lam in profile])
     samples = []
     uplinks = list(Link.objects.filter(kind=Link.Kind.UPLINK))
     t = start

@@ -11,6 +11,7 @@ from typing import Any
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from portal.control.models import AgentSession
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.models import Checkpoint, Job, Node, Placement, ReclaimEvent, ResearchGroup
@@ -19,8 +20,12 @@ from tests.browser.conftest import publish_live
 
 
 def _simulate_agent_and_job(node: Node) -> Job:
-    """What the control plane would do next: the agent says hello, a job is placed, it checkpoints."""
+    """What the control plane would do next: the agent says hello, a job is placed, it checkpoints. The other
+    online nodes' agents are connected too (they are where the job can go)."""
     node_lifecycle.come_online(node)
+    for i, pk in enumerate(Node.objects.filter(state="online").values_list("pk", flat=True)):
+        AgentSession.objects.get_or_create(node_id=pk, closed_at=None, defaults={
+            "channel_name": f"browser-{pk}", "data_host": "127.0.0.1", "data_port": 9100 + i})
     group = ResearchGroup.objects.get(name="NLP Group")
     job = Job.objects.create(
         name="browser-llm-ft", owner=group.members.first(), group=group, command="python train.py",

@@ -329,7 +329,7 @@ async def test_killswitch_fires_at_the_deadline_even_if_recovery_fails(monkeypat
 
 
 async def test_a_node_declared_lost_is_not_live_even_with_its_session_open() -> None:
-    from portal.control.state import live_nodes
+    from portal.core.campus import live_node_pks as live_nodes
     from portal.core.lifecycle import nodes as node_lifecycle
     from portal.core.models import Node
 

@@ -84,6 +84,15 @@ def make_node(provider: Provider, building: Building, *, name: str | None = None
     return node, token
 
 
+def connect_agent(node: Node, data_port: int = 9000) -> None:
+    """What a live agent leaves in the database: an open session with a data address (the campus read model
+    counts a node's GPUs only while it has one)."""
+    from portal.control.models import AgentSession
+
+    AgentSession.objects.create(node=node, channel_name=f"test-{node.pk}", data_host="127.0.0.1",
+                                data_port=data_port)
+
+
 def make_job(group: ResearchGroup, owner: Any, *, state: str | None = None, **fields: Any) -> Job:
     values: dict[str, Any] = {
         "name": f"job-{uid()}", "command": "python train.py", "gpu_count": 1, "expected_runtime_s": 3600.0,
@@ -167,6 +176,8 @@ def make_two_labs() -> TwoLabs:
     other_group = make_group("Bio Group", (users["other_researcher"],))
     node, token = make_node(lab, building, name="vision-01", gpus=2, state="online")
     other_node, _ = make_node(other_lab, building, name="robotics-01", state="online")
+    connect_agent(node, 9001)
+    connect_agent(other_node, 9002)
     return TwoLabs(users, building, lab, other_lab, group, other_group, node, token, other_node)
 
 

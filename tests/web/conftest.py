@@ -31,7 +31,7 @@ def campus(db: Any) -> Campus:
     t = f.make_two_labs()
     job = f.make_job(t.group, t.users["researcher"], name="bert-finetune", restart_s=30)
     f.place_job(job, t.node)
-    f.make_checkpoint(job, t.node, size_bytes=2_000_000_000, completed_ago_s=300)
+    f.make_checkpoint(job, t.node, size_bytes=2_000_000_000, completed_ago_s=300).replica_nodes.add(t.other_node)
     other_job = f.make_job(t.other_group, t.users["other_researcher"], name="protein-fold")
     return Campus(t.lab, t.other_lab, t.group, t.other_group, t.users, t.node, t.other_node, job, other_job)
 

@@ -127,7 +127,8 @@ def test_reclaim_preview_shows_each_jobs_outcome(client_as: Callable[[str | None
     assert short.status_code == 200 and b"<html" not in short.content
     preview = short.context["preview"]
     assert [j["job_id"] for j in preview["jobs"]] == [campus.job.pk]
-    assert b"loses 5 min of work" in short.content
+    assert b"loses 5 min 5 s of work" in short.content  # since its replica on robotics-01 was taken
+    assert b"resumes from its replica on robotics-01" in short.content
     assert b"Shortest notice with no loss" in short.content
     longer = client.get(url, {"notice_s": str(int(preview["shortest_loss_free_notice_s"]) + 1)})
     assert b"leaves with no loss" in longer.content

@@ -218,12 +218,19 @@ class ReclaimPreviewJobSerializer(serializers.Serializer):
     restart_s = serializers.FloatField()
     leave_s = serializers.FloatField()
     loss_free = serializers.BooleanField()
-    work_lost_s = serializers.FloatField()
+    outcome = serializers.ChoiceField(choices=["loss_free", "from_replica", "from_scratch"],
+                                      help_text="Leaves with no loss, resumes from its freshest replica, or "
+                                                "restarts from the beginning.")
+    destination_id = serializers.IntegerField(allow_null=True)
+    destination = serializers.CharField(allow_null=True, help_text="Node name the job goes to (null: it waits).")
+    work_lost_s = serializers.FloatField(help_text="Expected work lost (0 when loss-free).")
+    reason = serializers.CharField(allow_blank=True, help_text="Why it is not loss-free.")
 
 
 class ReclaimPreviewSerializer(serializers.Serializer):
     notice_s = serializers.FloatField()
-    shortest_loss_free_notice_s = serializers.FloatField()
+    shortest_loss_free_notice_s = serializers.FloatField(
+        allow_null=True, help_text="Null when no notice up to a week lets every job leave with no loss.")
     jobs = ReclaimPreviewJobSerializer(many=True)
 
 

@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 from portal.core import permissions
 from portal.core.api import serializers as s
 from portal.core.api.mixins import ServiceErrorsMixin
+from portal.core.campus import topology as campus_topology
 from portal.core.models import Building, Link, Provider, ReclaimEvent, ResearchGroup, Switch
-from portal.core.services.reclaim_preview import campus_topology
 from portal.core.services.summary import utilization_summary
 
 

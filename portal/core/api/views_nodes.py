@@ -13,6 +13,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.control.plan import preview as preview_reclaim
 from portal.core import permissions
 from portal.core.api import serializers as s
 from portal.core.api.idempotency import PARAMETER as IDEMPOTENCY_KEY
@@ -21,7 +22,6 @@ from portal.core.api.mixins import ServiceErrorsMixin
 from portal.core.models import Node, Provider
 from portal.core.services import nodes as node_services
 from portal.core.services import reclaims as reclaim_services
-from portal.core.services.reclaim_preview import preview_reclaim
 
 
 def _default_provider(user: Any) -> Provider:
@@ -159,7 +159,8 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     @extend_schema(parameters=[s.ReclaimPreviewQuerySerializer], responses=s.ReclaimPreviewSerializer)
     @action(detail=True, methods=["get"], url_path="reclaim-preview")
     def reclaim_preview(self, request: Request, pk: str | None = None) -> Response:
-        """Which notice lets each hosted job leave with no loss (design §1: C/B + T_r)."""
+        """What reclaiming the node with this notice would do to each hosted job: the reclaim planner's own
+        answer on the current state (design §9.2), and the shortest notice with which no job loses work."""
         node = self.get_object()
         query = s.ReclaimPreviewQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)

@@ -53,9 +53,20 @@ class Node(models.Model):
     def check_agent_token(self, token: str) -> bool:
         return not self.agent_token_revoked and secrets.compare_digest(self.agent_token_hash, hash_agent_token(token))
 
+    @staticmethod
+    def lendable_of(gpu_count: int, gpu_floor: int) -> int:
+        """GPUs a node offers: all of its GPUs but the floor its provider keeps (the one place this is computed;
+        the campus read model, ``portal.core.campus``, sums it over the nodes that are lent now)."""
+        return max(0, int(gpu_count) - int(gpu_floor))
+
     @property
     def lendable_gpu_count(self) -> int:
-        return max(0, self.gpus.count() - self.gpu_floor)
+        return Node.lendable_of(self.gpus.count(), self.gpu_floor)
+
+    @property
+    def is_lent(self) -> bool:
+        """Online and not kill-switched: its lendable GPUs count for the campus."""
+        return self.state == NodeState.ONLINE and not self.killswitch_engaged
 
 
 class Gpu(models.Model):

@@ -57,9 +57,11 @@ Conventions for every function below:
     GPU_CATALOGUE: dict[str, GpuSpec]                canonical model name -> GpuSpec(vram_gb, capability)
     lookup_gpu(model) -> GpuSpec | None              tolerant of "NVIDIA GeForce RTX 3090", "A100-SXM4-80GB"
 
-``portal.core.services.reclaim_preview`` (design §1 "show which notice lets each job leave with no loss")
-    preview_reclaim(node, notice_s) -> dict          see the module docstring for the exact shape.
-    campus_topology() -> {"links": [...], "nodes": [...]}   design §5 p2 shape, ids are names.
+``portal.control.plan`` (design §9.2 plan, then apply; the preview is the planner's answer, writing nothing)
+    preview(node, notice_s) -> dict                  per job: outcome, destination, expected loss; the
+                                                     shortest loss-free notice.
+``portal.core.campus`` (design §9.1 the campus read model)
+    topology() -> {"links": [...], "nodes": [...]}   design §5 p2 shape, ids are names.
 
 ``portal.core.services.summary``
     utilization_summary() -> dict                    nodes/jobs by state, GPUs, reclaims by kind, migrations,

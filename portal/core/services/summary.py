@@ -9,9 +9,10 @@ from typing import Any
 
 from django.db.models import Count, Q, Sum
 
+from portal.core import campus
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
-from portal.core.models import Gpu, Job, Migration, MigrationMode, Node, Placement, ReclaimEvent, ReclaimKind
+from portal.core.models import Gpu, Job, Migration, MigrationMode, Node, ReclaimEvent, ReclaimKind
 
 
 def _counts(queryset: Any, field: str, choices: list[str]) -> dict[str, int]:
@@ -22,21 +23,14 @@ def _counts(queryset: Any, field: str, choices: list[str]) -> dict[str, int]:
 def utilization_summary() -> dict[str, Any]:
     """Counts by state and kind, GPUs lent and busy, migrations and work lost (seconds and GPU-hours).
 
-    ``gpu_utilization`` = GPUs held by open placements / lendable GPUs on online nodes (0 when none).
+    ``gpu_utilization`` = GPUs held by open placements on lent nodes / their lendable GPUs (0 when none); both
+    counts are the campus read model's.
     """
     nodes_by_state = _counts(Node.objects.all(), "state", list(NodeState.values))
     jobs_by_state = _counts(Job.objects.all(), "state", list(JobState.values))
     reclaims_by_kind = _counts(ReclaimEvent.objects.all(), "kind", list(ReclaimKind.values))
-    online = Node.objects.filter(state=NodeState.ONLINE)
-    gpus_online = Gpu.objects.filter(node__in=online).count()
-    floor_online = online.aggregate(total=Sum("gpu_floor"))["total"] or 0
-    lendable = max(0, gpus_online - floor_online)
-    busy = sum(
-        len(indices or [])
-        for indices in Placement.objects.filter(ended_at__isnull=True, node__state=NodeState.ONLINE).values_list(
-            "gpu_indices", flat=True
-        )
-    )
+    lendable = campus.lendable_gpus_total()
+    busy = campus.busy_gpus_on_lent_nodes()
     migrations = Migration.objects.aggregate(
         total=Count("pk"),
         planned=Count("pk", filter=Q(mode=MigrationMode.PLANNED)),

@@ -7,7 +7,6 @@ lab's node id in a URL or a form is a 404.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.contrib import messages
@@ -21,11 +20,11 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from portal.control.plan import preview as preview_reclaim
 from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
 from portal.core.models import Checkpoint, Node, Placement, ReclaimEvent
 from portal.core.services import nodes as node_services
 from portal.core.services import reclaims as reclaim_services
-from portal.core.services.reclaim_preview import preview_reclaim
 from portal.web.access import is_admin, is_provider_member, nodes_for, user_providers
 from portal.web.forms import (
     ConfirmForm,
@@ -43,10 +42,9 @@ DEFAULT_NOTICE_S = 120
 
 
 def _preview(node: Node, notice_s: float) -> dict[str, Any]:
-    """``preview_reclaim`` plus the whole-second loss-free notice the "use it" button fills in."""
+    """The planner's preview; the "use it" button fills in exactly the shortest loss-free notice shown."""
     preview = preview_reclaim(node, notice_s)
-    shortest = preview.get("shortest_loss_free_notice_s")
-    preview["use_notice_s"] = math.ceil(shortest) if shortest is not None else None
+    preview["use_notice_s"] = preview.get("shortest_loss_free_notice_s")
     return preview
 
 
@@ -102,7 +100,7 @@ def _node_rows(user: Any) -> list[dict[str, Any]]:
                 "node": node,
                 "gpu_count": len(gpus),
                 "gpu_models": ", ".join(models) or "—",
-                "lendable": max(0, len(gpus) - node.gpu_floor),
+                "lendable": Node.lendable_of(len(gpus), node.gpu_floor),
                 "jobs": hosted.get(node.pk, []),
             }
         )

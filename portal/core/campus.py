@@ -1,0 +1,376 @@
+"""The campus read model (design §9.1): the one answer to "what does the campus look like now".
+
+Every consumer — the control tick, placement, the reclaim planner and its preview, the provider pages, the
+dashboard, the summary API and ``/metrics`` — reads these functions, so they cannot disagree:
+
+- :func:`hazard_upper_by_hour` — λ⁺ per node and hour with its one fallback chain (design §2 estimators):
+  the node's own estimate, else its provider's, else the campus's, else :data:`PRIOR_HAZARD_PER_S`.
+- :func:`lendable_gpus_total` — GPUs of lent nodes (online, kill-switch off) minus each node's floor
+  (``Node.lendable_of``).
+- :func:`link_available_bytes_per_s` — B⁻ of a link: its estimate's lower bound within (0, capacity], else
+  the capacity.
+- :func:`checkpoint_size_bytes` — a job's next checkpoint is about as large as its last one; before any, the
+  researcher's estimate.
+- :func:`load` — the whole snapshot a decision needs (:class:`Campus`): tree, link bandwidths, free GPUs of
+  lent nodes with a live agent, hardware, hazard; :meth:`Campus.feasible` is a job's feasible nodes.
+
+Nothing here writes. The estimator (``portal.control.estimates``) is the only writer of the estimates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.utils import timezone
+
+from portal.control.models import AgentSession, MigrationPhase, MigrationWork
+from portal.core.lifecycle.nodes import NodeState
+from portal.core.models import (
+    Checkpoint,
+    Gpu,
+    HazardEstimate,
+    HazardScope,
+    Job,
+    Link,
+    LinkEstimate,
+    Node,
+    Placement,
+)
+from scheduler.p2 import feasible_mask
+from scheduler.topology import CampusTree
+
+PRIOR_HAZARD_PER_S = 1 / 3600.0  # one emergency reclaim per lent hour until the estimator has data
+HAZARD_FLOOR_PER_S = 1e-9  # P1's interval and P2's survival need λ > 0
+HOURS = 24
+# Above this many nodes the hazard query reads the whole table instead of a long IN list.
+_IN_LIST_MAX = 500
+
+
+# --- hazard ------------------------------------------------------------------------------------------------------
+
+
+def hazard_upper_by_hour(
+    node_pks: Sequence[int], provider_of: dict[int, int] | None = None, *, hour: int | None = None,
+    upper: bool = True,
+) -> np.ndarray:
+    """λ⁺ (or λ̂ with ``upper=False``) per node: an (n, 24) array by hour, or (n,) at ``hour``.
+
+    One chain for every hour: the node's estimate, else its provider's, else the campus's, else the prior;
+    never below HAZARD_FLOOR_PER_S. ``provider_of`` (node pk → provider pk) saves a query when known.
+    """
+    n = len(node_pks)
+    columns = HOURS if hour is None else 1
+    out = np.full((n, columns), PRIOR_HAZARD_PER_S)
+    if n == 0:
+        return out if hour is None else out[:, 0]
+    index = {pk: i for i, pk in enumerate(node_pks)}
+    if provider_of is None:
+        provider_of = dict(Node.objects.filter(pk__in=list(node_pks)).values_list("pk", "provider_id"))
+    rows = HazardEstimate.objects.all()
+    if hour is not None:
+        rows = rows.filter(hour_of_day=hour % HOURS)
+    if n <= _IN_LIST_MAX:
+        providers = sorted({p for p in provider_of.values() if p is not None})
+        rows = rows.filter(Q(scope=HazardScope.CAMPUS) | Q(scope=HazardScope.PROVIDER, provider_id__in=providers)
+                           | Q(scope=HazardScope.NODE, node_id__in=list(node_pks)))
+    value_field = "hazard_upper_per_s" if upper else "hazard_per_s"
+    campus: dict[int, float] = {}
+    by_provider: dict[int, dict[int, float]] = {}
+    node_rows: list[tuple[int, int, float]] = []
+    for scope, node_id, provider_id, h, value in rows.values_list("scope", "node_id", "provider_id", "hour_of_day",
+                                                                 value_field):
+        if not 0 <= h < HOURS or value is None or not math.isfinite(value):
+            continue
+        col = h if hour is None else 0
+        if scope == HazardScope.CAMPUS:
+            campus[col] = value
+        elif scope == HazardScope.PROVIDER and provider_id is not None:
+            by_provider.setdefault(provider_id, {})[col] = value
+        elif scope == HazardScope.NODE and node_id in index:
+            node_rows.append((index[node_id], col, value))
+    for col, value in campus.items():
+        out[:, col] = value
+    if by_provider:
+        for pk, i in index.items():
+            for col, value in by_provider.get(provider_of.get(pk), {}).items():  # type: ignore[arg-type]
+                out[i, col] = value
+    if node_rows:
+        rows_i, cols, values = zip(*node_rows, strict=True)
+        out[list(rows_i), list(cols)] = values
+    np.maximum(out, HAZARD_FLOOR_PER_S, out=out)
+    return out if hour is None else out[:, 0]
+
+
+def campus_hazard_by_hour(*, upper: bool = False) -> dict[int, float]:
+    """The campus-level hazard per hour for the dashboard: the campus rows, else the mean of the node rows
+    (hours with no estimate at all are absent)."""
+    value_field = "hazard_upper_per_s" if upper else "hazard_per_s"
+    campus = dict(HazardEstimate.objects.filter(scope=HazardScope.CAMPUS).values_list("hour_of_day", value_field))
+    if campus:
+        return {int(h): float(v) for h, v in campus.items()}
+    per_hour: dict[int, list[float]] = {}
+    for h, v in HazardEstimate.objects.filter(scope=HazardScope.NODE).values_list("hour_of_day", value_field):
+        per_hour.setdefault(int(h), []).append(float(v))
+    return {h: sum(v) / len(v) for h, v in per_hour.items()}
+
+
+# --- GPUs ----------------------------------------------------------------------------------------------------------
+
+
+def lent_nodes() -> Any:
+    """Nodes that lend their GPUs now: online and not kill-switched."""
+    return Node.objects.filter(state=NodeState.ONLINE, killswitch_engaged=False)
+
+
+def lendable_gpus_total() -> int:
+    """The campus's lendable GPUs: over lent nodes, each node's GPUs minus its floor."""
+    counts = dict(Gpu.objects.filter(node__in=lent_nodes()).values_list("node_id").annotate(
+        n=Count("pk")).values_list("node_id", "n"))
+    return sum(Node.lendable_of(counts.get(pk, 0), floor)
+               for pk, floor in lent_nodes().values_list("pk", "gpu_floor"))
+
+
+def lendable_gpus_by_node(node_pks: Iterable[int]) -> dict[int, int]:
+    """Each node's lendable GPUs whatever its state (what the provider offers when it is lent)."""
+    pks = list(node_pks)
+    counts = dict(Gpu.objects.filter(node_id__in=pks).values_list("node_id").annotate(n=Count("pk"))
+                  .values_list("node_id", "n"))
+    return {pk: Node.lendable_of(counts.get(pk, 0), floor)
+            for pk, floor in Node.objects.filter(pk__in=pks).values_list("pk", "gpu_floor")}
+
+
+def busy_gpus_on_lent_nodes() -> int:
+    """GPUs held by open placements on lent nodes."""
+    return sum(len(indices or []) for indices in Placement.objects.filter(
+        ended_at__isnull=True, node__in=lent_nodes()).values_list("gpu_indices", flat=True))
+
+
+# --- links and checkpoints ----------------------------------------------------------------------------------------
+
+
+def link_available_bytes_per_s(capacity_bytes_per_s: float, lower_bytes_per_s: float | None) -> float:
+    """B⁻ of one link (design §2 bandwidth estimator): the estimate's lower bound, at most the capacity and at
+    least 1 B/s; the capacity before any estimate."""
+    if lower_bytes_per_s is None or not math.isfinite(lower_bytes_per_s) or lower_bytes_per_s <= 0:
+        return float(capacity_bytes_per_s)
+    return max(1.0, min(float(lower_bytes_per_s), float(capacity_bytes_per_s)))
+
+
+def checkpoint_size_bytes(job_pks: Iterable[int]) -> dict[int, float]:
+    """Per job: the size of its newest completed checkpoint, else its submitted estimate (one query)."""
+    newest = (Checkpoint.objects.filter(job=OuterRef("pk"), completed_at__isnull=False).order_by("-sequence")
+              .values("size_bytes")[:1])
+    rows = Job.objects.filter(pk__in=list(job_pks)).annotate(newest=Subquery(newest)).values_list(
+        "pk", "newest", "ckpt_bytes_estimate")
+    return {pk: float(size if size is not None else estimate) for pk, size, estimate in rows}
+
+
+# --- liveness and reservations --------------------------------------------------------------------------------------
+
+
+def live_node_pks() -> set[int]:
+    """Nodes with an open agent session that reported a data address, not declared lost (offline) or retired.
+
+    A partitioned node's websocket can stay open long after its heartbeat stopped; the lost-heartbeat check
+    marks it offline, and from then on it holds no usable replica and receives no copy."""
+    return set(AgentSession.objects.filter(closed_at__isnull=True, data_port__isnull=False)
+               .exclude(node__state__in=[NodeState.OFFLINE, NodeState.RETIRED])
+               .values_list("node_id", flat=True))
+
+
+def held_and_reserved_gpus() -> tuple[dict[int, set[int]], dict[int, int]]:
+    """GPU indices held per node by open placements, and GPUs reserved per node by migrations in flight
+    whose destination is chosen but whose job has not started there yet."""
+    held: dict[int, set[int]] = {}
+    for node_id, indices in Placement.objects.filter(ended_at__isnull=True).values_list("node_id", "gpu_indices"):
+        held.setdefault(node_id, set()).update(int(i) for i in indices or [])
+    reserved: dict[int, int] = {}
+    for node_id, count in MigrationWork.objects.filter(
+        phase__in=[MigrationPhase.CHECKPOINTING, MigrationPhase.TRANSFERRING, MigrationPhase.STARTING],
+        migration__destination__isnull=False,
+    ).values_list("migration__destination_id", "migration__job__gpu_count"):
+        reserved[node_id] = reserved.get(node_id, 0) + count
+    return held, reserved
+
+
+def freshest_replica(job: Job, exclude_node_pk: int | None, live: set[int]) -> tuple[Checkpoint, int] | None:
+    """The newest completed checkpoint of ``job`` held by a live node other than ``exclude_node_pk``
+    (its own writer counts when that node is alive and not excluded), with the holder's pk (design §3)."""
+    for ckpt in Checkpoint.objects.filter(job=job, completed_at__isnull=False).order_by("-sequence")[:20]:
+        holders = set(ckpt.replica_nodes.values_list("pk", flat=True))
+        if ckpt.node_id is not None:
+            holders.add(ckpt.node_id)
+        usable = sorted(h for h in holders if h != exclude_node_pk and h in live)
+        if usable:
+            return ckpt, usable[0]
+    return None
+
+
+# --- the snapshot ---------------------------------------------------------------------------------------------------
+
+
+def node_vertex(pk: int) -> str:
+    return f"node:{pk}"
+
+
+@dataclass
+class Campus:
+    """One snapshot of the campus for a decision; arrays are indexed like ``node_pks`` / ``link_pks``.
+
+    ``free_gpus``/``free_indices`` count only lent nodes with a live agent. Decisions that place several jobs
+    at once take GPUs with :meth:`take_gpus` so that each sees the others; a planner that must write nothing
+    works on :meth:`scratch`. The hourly hazard profiles are read on first use (the control tick needs only
+    the current hour).
+    """
+
+    tree: CampusTree
+    node_pks: list[int]
+    index_of: dict[int, int]
+    link_pks: list[int]
+    link_names: list[str]
+    link_capacity_bytes_per_s: np.ndarray
+    link_available_bytes_per_s: np.ndarray
+    building: np.ndarray
+    provider_of: dict[int, int]
+    access_link_of: dict[int, int]  # node pk → index of its access link
+    free_gpus: np.ndarray
+    free_indices: dict[int, list[int]]
+    vram_gb: np.ndarray
+    capability: np.ndarray
+    now_hour: float
+    live: set[int] = field(default_factory=set)
+    _hazard: np.ndarray | None = None
+
+    @property
+    def hazard_per_s_by_hour(self) -> np.ndarray:
+        if self._hazard is None:
+            self._hazard = hazard_upper_by_hour(self.node_pks, self.provider_of)
+        return self._hazard
+
+    def path_links(self, src_pk: int, dst_pk: int) -> np.ndarray:
+        return self.tree.path_links(self.index_of[src_pk], self.index_of[dst_pk])
+
+    def bottleneck_bytes_per_s(self, src_pk: int, dst_pk: int, capacity: bool = False) -> float:
+        links = self.path_links(src_pk, dst_pk)
+        values = self.link_capacity_bytes_per_s if capacity else self.link_available_bytes_per_s
+        return float(values[links].min()) if len(links) else math.inf
+
+    def scratch(self) -> Campus:
+        """A copy whose GPU bookkeeping can be changed without touching this one (the planner's preview)."""
+        return dataclasses.replace(self, free_gpus=self.free_gpus.copy(),
+                                   free_indices={k: list(v) for k, v in self.free_indices.items()},
+                                   _hazard=self._hazard)
+
+    def take_gpus(self, node_pk: int, count: int) -> list[int]:
+        """Hand ``count`` free GPUs of ``node_pk`` to one decision: the indices it may start on."""
+        i = self.index_of[node_pk]
+        self.free_gpus[i] -= count
+        indices = self.free_indices.get(node_pk, [])
+        taken, self.free_indices[node_pk] = indices[:count], indices[count:]
+        return taken
+
+    def give_back(self, node_pk: int, indices: list[int], count: int) -> None:
+        """Undo :meth:`take_gpus` (a destination a later step of the same plan did not keep)."""
+        self.free_gpus[self.index_of[node_pk]] += count
+        self.free_indices[node_pk] = sorted(self.free_indices.get(node_pk, []) + indices)
+
+    def feasible(self, job: Job, checkpoint: Checkpoint | None = None) -> np.ndarray:
+        """Nodes that could run ``job`` now (design §3 feasibility, P2's own mask): enough free GPUs, VRAM and
+        capability, and able to restore ``checkpoint`` (capability at least the one it was taken on)."""
+        return feasible_mask(self.free_gpus, self.vram_gb, self.capability, self.compatible(checkpoint),
+                             gpus=job.gpu_count, vram_gb_needed=job.vram_gb_per_gpu,
+                             min_capability=float(job.min_capability))
+
+    def compatible(self, checkpoint: Checkpoint | None) -> np.ndarray | None:
+        """A checkpoint taken on capability X is restorable on nodes with capability ≥ X (design §1)."""
+        if checkpoint is None or checkpoint.compute_capability is None:
+            return None
+        return self.capability >= float(checkpoint.compute_capability)
+
+
+def load(now: Any = None) -> Campus:
+    """Snapshot the tree, link bandwidths (B⁻) and GPU availability in a fixed number of queries.
+
+    Only nodes whose access link was in the link read are kept: a node registered between the two queries
+    (READ COMMITTED sees it in the second) would otherwise hang off a link the tree does not have.
+    """
+    local = timezone.localtime(now or timezone.now())
+    links = list(Link.objects.order_by("pk").values_list("pk", "name", "upper__name", "lower_switch__name",
+                                                          "node__pk", "capacity_bytes_per_s"))
+    link_pks = [row[0] for row in links]
+    link_index = {pk: i for i, pk in enumerate(link_pks)}
+    nodes = list(Node.objects.filter(access_link_id__in=link_pks).order_by("pk").values_list(
+        "pk", "building_id", "provider_id", "state", "killswitch_engaged", "gpu_floor", "access_link_id"))
+    node_pks = [row[0] for row in nodes]
+    index_of = {pk: i for i, pk in enumerate(node_pks)}
+    ends_b = [f"switch:{lower}" if lower is not None else
+              (node_vertex(node_pk) if node_pk in index_of else f"dangling:{pk}")
+              for pk, _, _, lower, node_pk, _ in links]
+    tree = CampusTree.from_links([str(pk) for pk in link_pks], [f"switch:{row[2]}" for row in links], ends_b,
+                                 [node_vertex(pk) for pk in node_pks])
+    capacity = np.array([row[5] for row in links], dtype=float)
+    lower = dict(LinkEstimate.objects.values_list("link_id", "lower_bytes_per_s"))
+    available = np.array([link_available_bytes_per_s(row[5], lower.get(row[0])) for row in links], dtype=float)
+    gpus: dict[int, list[tuple[int, float, float]]] = {}
+    for node_id, index, vram, cc in Gpu.objects.filter(node_id__in=node_pks if len(node_pks) <= _IN_LIST_MAX
+                                                       else Node.objects.values("pk")).values_list(
+            "node_id", "index", "vram_gb", "compute_capability"):
+        if node_id in index_of:
+            gpus.setdefault(node_id, []).append((int(index), float(vram), float(cc)))
+    live = live_node_pks()
+    held, reserved = held_and_reserved_gpus()
+    n = len(nodes)
+    free = np.zeros(n)
+    vram_gb = np.zeros(n)
+    capability = np.zeros(n)
+    free_indices: dict[int, list[int]] = {}
+    for i, (pk, _, _, state, killswitch, floor, _) in enumerate(nodes):
+        own = sorted(gpus.get(pk, []))
+        vram_gb[i] = min((g[1] for g in own), default=0.0)
+        capability[i] = min((g[2] for g in own), default=0.0)
+        if state == NodeState.ONLINE and not killswitch and pk in live:
+            taken = held.get(pk, set())
+            idle = [g[0] for g in own if g[0] not in taken]
+            free[i] = max(0, min(len(idle), Node.lendable_of(len(own), floor) - len(taken)) - reserved.get(pk, 0))
+            free_indices[pk] = idle
+    return Campus(
+        tree=tree, node_pks=node_pks, index_of=index_of, link_pks=link_pks, link_names=[row[1] for row in links],
+        link_capacity_bytes_per_s=capacity, link_available_bytes_per_s=available,
+        building=np.array([row[1] for row in nodes], dtype=np.int64), provider_of={row[0]: row[2] for row in nodes},
+        access_link_of={row[0]: link_index[row[6]] for row in nodes},
+        free_gpus=free, free_indices=free_indices, vram_gb=vram_gb, capability=capability,
+        now_hour=local.hour + local.minute / 60.0, live=live,
+    )
+
+
+def topology() -> dict[str, list[dict[str, Any]]]:
+    """The campus tree and its nodes in the design §5 p2 request shape (ids are names), from the snapshot P2
+    itself reads: ``links`` ``{"id", "a", "b", "bytes_per_s"}`` (``a`` nearer the core, ``bytes_per_s`` = B⁻);
+    ``nodes`` (not retired) ``{"id", "building", "free_gpus", "vram_gb", "capability",
+    "hazard_per_s_by_hour"}`` with ``free_gpus`` as P2 sees them (0 unless lent with a live agent)."""
+    snap = load()
+    links = []
+    for pk, name, upper, lower_switch, node_name in Link.objects.order_by("name").values_list(
+            "pk", "name", "upper__name", "lower_switch__name", "node__name"):
+        lower = lower_switch or node_name
+        if lower is None:
+            continue  # an access link whose node was deleted: not part of the tree
+        i = snap.link_pks.index(pk)
+        links.append({"id": name, "a": upper, "b": lower, "bytes_per_s": float(snap.link_available_bytes_per_s[i])})
+    hazard = snap.hazard_per_s_by_hour
+    nodes = []
+    for pk, name, building in Node.objects.exclude(state=NodeState.RETIRED).order_by("name").values_list(
+            "pk", "name", "building__name"):
+        i = snap.index_of.get(pk)
+        if i is None:
+            continue
+        nodes.append({"id": name, "building": building, "free_gpus": int(snap.free_gpus[i]),
+                      "vram_gb": float(snap.vram_gb[i]), "capability": float(snap.capability[i]),
+                      "hazard_per_s_by_hour": [float(h) for h in hazard[i]]})
+    return {"links": links, "nodes": nodes}
