@@ -14,7 +14,7 @@ export RECLAIMNET_TESTING_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(T
 help:
 	@echo "make demo   - set up and run the portal on the embedded default (SQLite, in-process scheduler, simulated agents)"
 	@echo "make test   - set up and run the whole suite against PostgreSQL and Redis"
-	@echo "other targets: lint bench bench-net e2e test-browser evaluate clean"
+	@echo "other targets: lint bench bench-tick bench-net e2e test-browser evaluate clean"
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

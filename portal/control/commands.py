@@ -38,6 +38,18 @@ def _send_now(batch: list[tuple[int, dict[str, Any]]]) -> None:
         log.warning("command to agents not delivered: %s", [p.get("type") for _, p in batch], exc_info=True)
 
 
+def send_many(orders: list[tuple[int, str, dict[str, Any]]]) -> list[str]:
+    """Queue many commands ``(node id, kind, fields)`` after commit, delivered together; returns their ids."""
+    batch, ids = [], []
+    for node_id, kind, fields in orders:
+        cmd_id = fields.pop("cmd_id", None) or uuid.uuid4().hex
+        batch.append((node_id, {"type": kind, "cmd_id": cmd_id, "sent_at": time.time(), **fields}))
+        ids.append(cmd_id)
+    if batch:
+        transaction.on_commit(lambda: _send_now(batch))
+    return ids
+
+
 def send(node_id: int, kind: str, **fields: Any) -> str:
     """Queue command ``kind`` for node ``node_id`` after commit; returns its ``cmd_id`` (the agent acks it)."""
     cmd_id = fields.pop("cmd_id", None) or uuid.uuid4().hex

@@ -37,6 +37,7 @@ from scheduler.estimators import BandwidthEstimator, HazardEstimator
 
 HAZARD_WRITE_PERIOD_S = 60.0
 HAZARD_CHANGE = 0.10  # relative change of any hour's λ⁺ that makes a node's rows worth rewriting
+LINK_CHANGE = 0.02  # relative change of a link's B⁻ that makes its estimate worth rewriting
 LOWER_FLOOR_FRACTION = 0.01  # never tell P2/P3 a link is dead from a noisy sample
 DEPARTURES = (ReclaimKind.EMERGENCY, ReclaimKind.KILLSWITCH, ReclaimKind.HEARTBEAT_LOST)
 
@@ -54,6 +55,7 @@ class _Estimators:
     last_hazard_write_s: float = 0.0
     observed: bool = False
     written_upper: np.ndarray | None = None
+    written_link_lower: np.ndarray | None = None  # B⁻ per link as last written (NaN: never)
 
 
 _state: _Estimators | None = None
@@ -81,11 +83,13 @@ def update_bandwidth(est: _Estimators, now_s: float) -> int:
     if not est.link_pks:
         return 0
     index = {pk: i for i, pk in enumerate(est.link_pks)}
-    fresh = list(BandwidthSample.objects.filter(pk__gt=est.seen_sample_id, link_id__in=est.link_pks)
-                 .order_by("pk").values_list("pk", "link_id", "bytes_per_s"))
+    arrived = list(BandwidthSample.objects.filter(pk__gt=est.seen_sample_id).order_by("pk")
+                   .values_list("pk", "link_id", "bytes_per_s"))
+    if arrived:
+        est.seen_sample_id = arrived[-1][0]
+    fresh = [row for row in arrived if row[1] in index]  # uplink samples feed the dashboard, not P2/P3
     if not fresh:
         return 0
-    est.seen_sample_id = fresh[-1][0]
     available = est.bandwidth.mean_bytes_per_s() if est.observed else est.capacity.copy()
     est.observed = True
     touched = set()
@@ -96,11 +100,38 @@ def update_bandwidth(est: _Estimators, now_s: float) -> int:
     est.bandwidth.observe(now_s, available)
     mean = est.bandwidth.mean_bytes_per_s()
     lower = np.maximum(est.bandwidth.lower_bytes_per_s(), LOWER_FLOOR_FRACTION * est.capacity)
-    with transaction.atomic():
-        for i in sorted(touched):
-            LinkEstimate.objects.update_or_create(link_id=est.link_pks[i], defaults={
-                "mean_bytes_per_s": float(mean[i]), "lower_bytes_per_s": float(min(lower[i], mean[i]))})
-    return len(touched)
+    lower = np.minimum(lower, mean)
+    if est.written_link_lower is None:
+        est.written_link_lower = np.full(len(est.link_pks), np.nan)
+    written = est.written_link_lower
+    with np.errstate(invalid="ignore"):
+        moved = ~(np.abs(lower - written) <= LINK_CHANGE * written)  # NaN (never written) counts as moved
+    rows = [i for i in sorted(touched) if moved[i]]
+    _write_link_estimates([est.link_pks[i] for i in rows], mean[rows], lower[rows])
+    written[rows] = lower[rows]
+    return len(rows)
+
+
+def _write_link_estimates(link_pks: list[int], mean: np.ndarray, lower: np.ndarray) -> None:
+    """Upsert one LinkEstimate per link in one statement (``INSERT … SELECT unnest … ON CONFLICT`` on
+    PostgreSQL: 5,000 links in milliseconds instead of the ORM's compile of 5,000 objects)."""
+    if not link_pks:
+        return
+    if connection.vendor != "postgresql":
+        LinkEstimate.objects.bulk_create(
+            [LinkEstimate(link_id=pk, mean_bytes_per_s=float(m), lower_bytes_per_s=float(lo))
+             for pk, m, lo in zip(link_pks, mean, lower, strict=True)],
+            update_conflicts=True, unique_fields=["link"],
+            update_fields=["mean_bytes_per_s", "lower_bytes_per_s", "updated_at"], batch_size=500)
+        return
+    table = LinkEstimate._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {table} (link_id, mean_bytes_per_s, lower_bytes_per_s, updated_at) "
+            "SELECT l, m, lo, now() FROM unnest(%s::bigint[], %s::float8[], %s::float8[]) AS t(l, m, lo) "
+            "ON CONFLICT (link_id) DO UPDATE SET mean_bytes_per_s = EXCLUDED.mean_bytes_per_s, "
+            "lower_bytes_per_s = EXCLUDED.lower_bytes_per_s, updated_at = EXCLUDED.updated_at",
+            [link_pks, [float(x) for x in mean], [float(x) for x in lower]])
 
 
 def update_hazard(est: _Estimators, now_s: float) -> bool:
@@ -108,13 +139,15 @@ def update_hazard(est: _Estimators, now_s: float) -> bool:
     index = {pk: i for i, pk in enumerate(est.node_pks)}
     lent = np.zeros(max(1, len(est.node_pks)))
     for pk in Node.objects.filter(state=NodeState.ONLINE).values_list("pk", flat=True):
-        lent[index[pk]] = 1.0
+        if pk in index:  # a node registered since the tick began counts from the next one
+            lent[index[pk]] = 1.0
     est.hazard.add_exposure(est.last_exposure_s, now_s, lent)
     est.last_exposure_s = now_s
-    departed = list(ReclaimEvent.objects.filter(pk__gt=est.seen_reclaim_id, kind__in=DEPARTURES)
-                    .order_by("pk").values_list("pk", "node_id", "requested_at"))
-    newest = ReclaimEvent.objects.aggregate(m=Max("pk"))["m"] or est.seen_reclaim_id
-    est.seen_reclaim_id = max(est.seen_reclaim_id, int(newest))
+    arrived = list(ReclaimEvent.objects.filter(pk__gt=est.seen_reclaim_id).order_by("pk")
+                   .values_list("pk", "node_id", "requested_at", "kind"))
+    if arrived:
+        est.seen_reclaim_id = arrived[-1][0]
+    departed = [(pk, node_id, at) for pk, node_id, at, kind in arrived if kind in DEPARTURES]
     departed_idx = [index[node_id] for _, node_id, _ in departed if node_id in index]
     for (_, node_id, at) in departed:
         if node_id in index:

@@ -136,7 +136,6 @@ class JobRuntime(models.Model):
     last_report_at = models.DateTimeField(null=True, blank=True)
     result_sha256 = models.CharField(max_length=64, blank=True, default="")
     returncode = models.IntegerField(null=True, blank=True)
-    interval_sent_s = models.FloatField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"runtime of job {self.job_id}"

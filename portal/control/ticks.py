@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from portal.control import commands
@@ -18,7 +18,6 @@ from portal.control.config import rn
 from portal.control.estimates import update_estimates
 from portal.control.lifecycle import START_TIMEOUT_S
 from portal.control.models import (
-    JobRuntime,
     MigrationPhase,
     MigrationWork,
     Transfer,
@@ -29,7 +28,6 @@ from portal.control.plan import recovery_rate
 from portal.control.reclaims import enforce_deadline, expire_transfers, node_lost, release
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.control.workflow import (
-    ckpt_bytes_of,
     issue_transfer,
     log_decision,
     resume_from,
@@ -37,11 +35,20 @@ from portal.control.workflow import (
     start_on,
     to_waiting,
 )
-from portal.core.campus import freshest_replica, hazard_upper_by_hour, live_node_pks
+from portal.core import campus as campus_model
+from portal.core.bulk import update_columns
+from portal.core.campus import (
+    Campus,
+    freshest_replica,
+    hazard_upper_by_hour,
+    live_node_pks,
+    newest_checkpoint_bytes,
+)
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import (
     Checkpoint,
+    DecisionLog,
     Job,
     Migration,
     MigrationMode,
@@ -51,6 +58,7 @@ from portal.core.models import (
     ReclaimEvent,
     ReclaimKind,
 )
+from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S
 from scheduler.p1 import P1Jobs, plan_checkpoints
 from scheduler.p2 import select_destination, survival
 
@@ -104,130 +112,161 @@ def _hazard_now(node_ids: list[int], hour: int) -> dict[int, float]:
     return dict(zip(node_ids, hazard_upper_by_hour(node_ids, hour=hour).tolist(), strict=True))
 
 
-def p1_tick() -> int:
-    """P1 per source node: split the node's checkpoint budget among its running jobs, set their intervals.
+def p1_tick(now: dt.datetime | None = None) -> int:
+    """P1 for every running job at once (design §2): each source node's checkpoint budget is split among its
+    jobs by the cube-root rule (``plan_checkpoints`` with one group per node), and intervals that moved by more
+    than INTERVAL_CHANGE since the one stored on the job (the one its agent was last told: ``start_job`` carries
+    it too) are stored, logged and sent — in a fixed number of statements whatever the campus size.
 
-    B_ckpt of a node = CHECKPOINT_BUDGET_FRACTION * its access link's available bandwidth, minus the rates of
-    planned migrations leaving it (pre-sync uses what migrations leave, design §4). Logged when it changes.
+    B_ckpt of a node = CHECKPOINT_BUDGET_FRACTION × its access link's capacity (the share set aside for
+    checkpoints, stable from tick to tick), minus the rates of planned migrations leaving it (pre-sync uses
+    what migrations leave, design §4).
     """
-    placements = list(Placement.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING)
-                      .select_related("job", "node", "node__access_link"))
-    by_node: dict[int, list[Placement]] = defaultdict(list)
-    for p in placements:
-        by_node[p.node_id].append(p)
-    hour = timezone.localtime(timezone.now()).hour
-    hazards = _hazard_now(list(by_node), hour)
-    changed = 0
-    for node_id, group in by_node.items():
-        node = group[0].node
-        capacity = node.access_link.capacity_bytes_per_s if node.access_link else 125e6
-        leaving = sum(Migration.objects.filter(source_id=node_id, finished_at__isnull=True,
-                                               mode=MigrationMode.PLANNED)
-                      .values_list("assigned_rate_bytes_per_s", flat=True).exclude(
-                          assigned_rate_bytes_per_s__isnull=True))
-        budget = max(0.01 * capacity, rn("CHECKPOINT_BUDGET_FRACTION") * capacity - leaving)
-        jobs = [p.job for p in group]
-        p1_jobs = P1Jobs.build(
-            ids=tuple(str(j.pk) for j in jobs), hazard_per_s=np.array([hazards[node_id]] * len(jobs)),
-            ckpt_bytes=np.array([ckpt_bytes_of(j) for j in jobs]),
-            loss_budget_s=np.array([j.loss_budget_s or np.inf for j in jobs]),
-            restart_s=np.array([j.restart_s for j in jobs]),
-        )
-        plan = plan_checkpoints(p1_jobs, budget, rn("BETA"))
-        for k, job in enumerate(jobs):
-            interval = float(plan.interval_s[k])
-            bandwidth = float(plan.bandwidth_bytes_per_s[k])
-            rt, _ = JobRuntime.objects.get_or_create(job=job)
-            if rt.interval_sent_s and abs(interval - rt.interval_sent_s) <= INTERVAL_CHANGE * rt.interval_sent_s:
-                continue
-            changed += 1
-            with transaction.atomic():
-                Job.objects.filter(pk=job.pk).update(checkpoint_interval_s=interval,
-                                                     checkpoint_bandwidth_bytes_per_s=bandwidth,
-                                                     loss_budget_at_risk=bool(plan.loss_budget_at_risk[k]))
-                JobRuntime.objects.filter(pk=rt.pk).update(interval_sent_s=interval)
-                log_decision("p1", {"budget_bytes_per_s": budget, "beta": rn("BETA"), "node": node_id,
-                                    "jobs": [{"id": j.pk, "hazard_per_s": hazards[node_id],
-                                              "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]),
-                                              "loss_budget_s": j.loss_budget_s, "restart_s": j.restart_s}
-                                             for i, j in enumerate(jobs)]},
-                             {"jobs": [{"id": int(i), "bandwidth_bytes_per_s": float(b), "interval_s": float(d),
-                                        "loss_budget_at_risk": bool(r)} for i, b, d, r in
-                                       zip(plan.ids, plan.bandwidth_bytes_per_s, plan.interval_s,
-                                           plan.loss_budget_at_risk, strict=True)],
-                              "expected_cost": float(plan.expected_cost)}, job=job)
-                commands.send(node_id, "set_interval", job_id=job.pk, interval_s=interval)
-    return changed
+    rows = list(Placement.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING).order_by()
+                .annotate(newest_bytes=newest_checkpoint_bytes("job_id"))
+                .values_list("job_id", "node_id", "job__restart_s", "job__loss_budget_s",
+                             "job__checkpoint_interval_s", "node__access_link__capacity_bytes_per_s",
+                             "newest_bytes", "job__ckpt_bytes_estimate", "node__provider_id"))
+    if not rows:
+        return 0
+    job_ids = [r[0] for r in rows]
+    node_of = np.array([r[1] for r in rows])
+    nodes, group = np.unique(node_of, return_inverse=True)
+    capacity_of = {r[1]: r[5] or ACCESS_LINK_DEFAULT_BYTES_PER_S for r in rows}
+    leaving = dict(Migration.objects.filter(finished_at__isnull=True, mode=MigrationMode.PLANNED,
+                                            assigned_rate_bytes_per_s__isnull=False)
+                   .values("source_id").annotate(rate=Sum("assigned_rate_bytes_per_s")).values_list("source_id", "rate"))
+    capacity = np.array([capacity_of[int(n)] for n in nodes])
+    budget = np.maximum(0.01 * capacity, rn("CHECKPOINT_BUDGET_FRACTION") * capacity
+                        - np.array([leaving.get(int(n), 0.0) for n in nodes]))
+    hour = timezone.localtime(now or timezone.now()).hour
+    hazard_of_node = hazard_upper_by_hour(nodes.tolist(), {r[1]: r[8] for r in rows}, hour=hour)
+    p1_jobs = P1Jobs.build(
+        ids=tuple(str(j) for j in job_ids), hazard_per_s=hazard_of_node[group],
+        ckpt_bytes=np.array([float(r[6] if r[6] is not None else r[7]) for r in rows]),
+        loss_budget_s=np.array([r[3] or np.inf for r in rows]), restart_s=np.array([r[2] for r in rows]),
+    )
+    plan = plan_checkpoints(p1_jobs, budget, rn("BETA"), group=group)
+    sent = np.array([r[4] if r[4] else np.nan for r in rows])
+    with np.errstate(invalid="ignore"):
+        changed = ~(np.abs(plan.interval_s - sent) <= INTERVAL_CHANGE * sent)
+    if not changed.any():
+        return 0
+    which = np.flatnonzero(changed)
+    changed_ids = [job_ids[k] for k in which]
+    with transaction.atomic():
+        update_columns(Job, "pk", changed_ids, {
+            "checkpoint_interval_s": plan.interval_s[which].tolist(),
+            "checkpoint_bandwidth_bytes_per_s": plan.bandwidth_bytes_per_s[which].tolist(),
+            "loss_budget_at_risk": plan.loss_budget_at_risk[which].tolist()})
+        members: dict[int, list[int]] = defaultdict(list)
+        for k in range(len(rows)):
+            members[int(group[k])].append(k)
+        logs, orders = [], []
+        for k in which:
+            g = int(group[k])
+            node_jobs = members[g]
+            logs.append(DecisionLog(kind="p1", job_id=job_ids[k], request={
+                "budget_bytes_per_s": float(budget[g]), "beta": rn("BETA"), "node": int(nodes[g]),
+                "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard_of_node[g]),
+                          "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]), "loss_budget_s": rows[i][3],
+                          "restart_s": rows[i][2]} for i in node_jobs]},
+                response={"jobs": [{"id": job_ids[i], "bandwidth_bytes_per_s": float(plan.bandwidth_bytes_per_s[i]),
+                                    "interval_s": float(plan.interval_s[i]),
+                                    "loss_budget_at_risk": bool(plan.loss_budget_at_risk[i])} for i in node_jobs]}))
+            orders.append((int(nodes[g]), "set_interval", {"job_id": job_ids[k],
+                                                          "interval_s": float(plan.interval_s[k])}))
+        DecisionLog.objects.bulk_create(logs, batch_size=2000)
+        commands.send_many(orders)
+    return len(which)
 
 
 PRIORITY_ORDER = {PriorityClass.INTERACTIVE: 0, PriorityClass.STANDARD: 1, PriorityClass.BEST_EFFORT: 2}
 
 
 def place_job(job_id: int) -> str:
-    """Place one queued job (design §3 feasibility): resume it from its freshest checkpoint if it has one
-    (P2 from the holder; the holder itself if feasible), else start it on the feasible node with the highest
-    survival over its remaining runtime (ties: smallest id). Idempotent: a job with an open placement or a
-    migration on its way is left alone."""
+    """Place one queued job now (the task a submit queues); see :func:`place_on`."""
     with transaction.atomic():
         lock_allocation()  # before the job's row lock: every allocating transaction takes the two in this order
         job = Job.objects.select_for_update().get(pk=job_id)
-        if job.state != JobState.QUEUED or Placement.objects.filter(job=job, ended_at__isnull=True).exists():
-            return "not placeable"
-        work = (MigrationWork.objects.select_related("migration")
-                .filter(migration__job=job, migration__finished_at__isnull=True)
-                .exclude(phase__in=[MigrationPhase.DONE, MigrationPhase.FAILED]).first())
-        if work is not None and work.phase != MigrationPhase.WAITING:
-            return "migration in progress"
-        campus = load_campus()
-        found = freshest_replica(job, None, campus.live)
-        feasible = campus.feasible(job, found[0] if found is not None else None)
-        if not feasible.any():
-            return "no capacity"
-        if found is not None:
-            ckpt, holder = found
-            if work is None:
-                mig = Migration.objects.create(job=job, source_id=holder, mode=MigrationMode.DEGRADED,
-                                               degraded_reason="requeued", checkpoint=ckpt)
-                work = MigrationWork.objects.create(migration=mig, phase=MigrationPhase.WAITING,
-                                                    requested_at=timezone.now())
-            if feasible[campus.index_of[holder]]:
-                dest = holder
-                log_decision("p2", {"placement": job.pk, "ckpt_holder": holder},
-                             {"destination": holder, "reason": "holder has the checkpoint"}, job=job)
-            else:
-                req, view = build_p2(campus, job, holder, holder, ckpt.size_bytes, None, ckpt, rn("ALPHA"),
-                                     rn("K_MIN"))
-                response = p2_view(campus, select_destination(req))
-                log_decision("p2", view, response, job=job)
-                dest = response["destination"]
-                if dest is None:
-                    return "no destination"
-            work.decided_at = timezone.now()
-            taken = campus.take_gpus(dest, job.gpu_count)
-            resume_from(work, ckpt, holder, dest, gpu_indices=taken if dest == holder else (),
-                        rate_bytes_per_s=None if dest == holder else recovery_rate(campus, holder, dest))
-            return f"resuming on {dest}"
-        if work is not None:  # lost with no checkpoint anywhere: restart from scratch
-            Migration.objects.filter(pk=work.migration_id).update(finished_at=timezone.now(), success=False)
-            migration_lifecycle.move(work, MigrationPhase.DONE, detail="nothing copied off: restarted from scratch")
-        surv = survival(campus.hazard_per_s_by_hour, campus.now_hour, max(1.0, job.expected_runtime_s))
-        order = sorted(np.flatnonzero(feasible), key=lambda i: (-surv[i], campus.node_pks[i]))
-        dest = campus.node_pks[int(order[0])]
-        log_decision("p2", {"placement": job.pk, "gpus": job.gpu_count, "vram_gb": job.vram_gb_per_gpu,
-                            "feasible": [campus.node_pks[int(i)] for i in np.flatnonzero(feasible)]},
-                     {"destination": dest, "survival": float(surv[int(order[0])])}, job=job)
-        start_on(job, dest, campus.take_gpus(dest, job.gpu_count), None, "placed")
-        return f"placed on {dest}"
+        return place_on(job, load_campus())
+
+
+def place_on(job: Job, campus: Campus) -> str:
+    """Place one queued job on the snapshot ``campus`` (design §3 feasibility), taking its GPUs there: resume it
+    from its freshest checkpoint if it has one (P2 from the holder; the holder itself if feasible), else start
+    it on the feasible node with the highest survival over its remaining runtime (ties: smallest id).
+    Idempotent: a job with an open placement or a migration on its way is left alone."""
+    if job.state != JobState.QUEUED or Placement.objects.filter(job=job, ended_at__isnull=True).exists():
+        return "not placeable"
+    work = (MigrationWork.objects.select_related("migration")
+            .filter(migration__job=job, migration__finished_at__isnull=True)
+            .exclude(phase__in=[MigrationPhase.DONE, MigrationPhase.FAILED]).first())
+    if work is not None and work.phase != MigrationPhase.WAITING:
+        return "migration in progress"
+    found = freshest_replica(job, None, campus.live)
+    feasible = campus.feasible(job, found[0] if found is not None else None)
+    if not feasible.any():
+        return "no capacity"
+    if found is not None:
+        ckpt, holder = found
+        if work is None:
+            mig = Migration.objects.create(job=job, source_id=holder, mode=MigrationMode.DEGRADED,
+                                           degraded_reason="requeued", checkpoint=ckpt)
+            work = MigrationWork.objects.create(migration=mig, phase=MigrationPhase.WAITING,
+                                                requested_at=timezone.now())
+        if feasible[campus.index_of[holder]]:
+            dest = holder
+            log_decision("p2", {"placement": job.pk, "ckpt_holder": holder},
+                         {"destination": holder, "reason": "holder has the checkpoint"}, job=job)
+        else:
+            req, view = build_p2(campus, job, holder, holder, ckpt.size_bytes, None, ckpt, rn("ALPHA"),
+                                 rn("K_MIN"))
+            response = p2_view(campus, select_destination(req))
+            log_decision("p2", view, response, job=job)
+            dest = response["destination"]
+            if dest is None:
+                return "no destination"
+        work.decided_at = timezone.now()
+        taken = campus.take_gpus(dest, job.gpu_count)
+        resume_from(work, ckpt, holder, dest, gpu_indices=taken if dest == holder else (),
+                    rate_bytes_per_s=None if dest == holder else recovery_rate(campus, holder, dest))
+        return f"resuming on {dest}"
+    if work is not None:  # lost with no checkpoint anywhere: restart from scratch
+        Migration.objects.filter(pk=work.migration_id).update(finished_at=timezone.now(), success=False)
+        migration_lifecycle.move(work, MigrationPhase.DONE, detail="nothing copied off: restarted from scratch")
+    surv = survival(campus.hazard_per_s_by_hour, campus.now_hour, max(1.0, job.expected_runtime_s))
+    order = sorted(np.flatnonzero(feasible), key=lambda i: (-surv[i], campus.node_pks[i]))
+    dest = campus.node_pks[int(order[0])]
+    log_decision("p2", {"placement": job.pk, "gpus": job.gpu_count, "vram_gb": job.vram_gb_per_gpu,
+                        "feasible": [campus.node_pks[int(i)] for i in np.flatnonzero(feasible)]},
+                 {"destination": dest, "survival": float(surv[int(order[0])])}, job=job)
+    start_on(job, dest, campus.take_gpus(dest, job.gpu_count), None, "placed")
+    return f"placed on {dest}"
 
 
 def place_queued() -> int:
-    """Try every queued job in priority order, oldest first."""
-    jobs = list(Job.objects.filter(state=JobState.QUEUED).values_list("pk", "priority_class"))
-    jobs.sort(key=lambda t: (PRIORITY_ORDER.get(t[1], 1), t[0]))
-    placed = 0
-    for job_id, _ in jobs:
-        if place_job(job_id).startswith(("placed", "resuming")):
-            placed += 1
+    """Try every queued job in priority order, oldest first, on one snapshot of the campus.
+
+    Nothing is read when even the smallest queued job needs more GPUs than any lent node has free; a job no
+    node could take even without a checkpoint to restore (the hardware check needs no query) is skipped; the others are placed one by one, each in its own savepoint, seeing the GPUs the previous
+    ones took."""
+    with transaction.atomic():
+        lock_allocation()
+        jobs = list(Job.objects.select_for_update(skip_locked=True).filter(state=JobState.QUEUED))
+        if not jobs:
+            return 0
+        if min(j.gpu_count for j in jobs) > campus_model.most_gpus_free_on_a_lent_node():
+            return 0  # the smallest queued job fits nowhere: no need to read the whole campus
+        jobs.sort(key=lambda j: (PRIORITY_ORDER.get(j.priority_class, 1), j.pk))
+        campus = campus_model.load()
+        placed = 0
+        for job in jobs:
+            if not campus.feasible(job).any():
+                continue
+            with transaction.atomic():
+                if place_on(job, campus).startswith(("placed", "resuming")):
+                    placed += 1
     return placed
 
 

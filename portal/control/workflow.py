@@ -264,7 +264,7 @@ def advance(migration_id: int) -> str:
                                          transferred_at=transfer.finished_at or timezone.now())
                 campus = load_campus()
                 # The migration's reservation is out of free_gpus already; its GPUs are the first idle ones.
-                free = campus.free_indices.get(mig.destination_id, [])
+                free = campus.idle_indices(mig.destination_id)
                 start_on(job, mig.destination_id, free[: job.gpu_count], transfer.checkpoint, "migrated")
             elif transfer.state == TransferState.FAILED:
                 recover_from_replica(job, mig.source_id, mig.reclaim, "transfer failed", work=work)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from portal.control.models import AgentSession, MigrationPhase, MigrationWork
@@ -49,7 +49,7 @@ PRIOR_HAZARD_PER_S = 1 / 3600.0  # one emergency reclaim per lent hour until the
 HAZARD_FLOOR_PER_S = 1e-9  # P1's interval and P2's survival need λ > 0
 HOURS = 24
 # Above this many nodes the hazard query reads the whole table instead of a long IN list.
-_IN_LIST_MAX = 500
+_IN_LIST_MAX = 64
 
 
 # --- hazard ------------------------------------------------------------------------------------------------------
@@ -71,7 +71,8 @@ def hazard_upper_by_hour(
         return out if hour is None else out[:, 0]
     index = {pk: i for i, pk in enumerate(node_pks)}
     if provider_of is None:
-        provider_of = dict(Node.objects.filter(pk__in=list(node_pks)).values_list("pk", "provider_id"))
+        nodes = Node.objects.all() if n > _IN_LIST_MAX else Node.objects.filter(pk__in=list(node_pks))
+        provider_of = {pk: provider for pk, provider in nodes.values_list("pk", "provider_id") if pk in index}
     rows = HazardEstimate.objects.all()
     if hour is not None:
         rows = rows.filter(hour_of_day=hour % HOURS)
@@ -145,6 +146,17 @@ def lendable_gpus_by_node(node_pks: Iterable[int]) -> dict[int, int]:
             for pk, floor in Node.objects.filter(pk__in=pks).values_list("pk", "gpu_floor")}
 
 
+def most_gpus_free_on_a_lent_node() -> int:
+    """An upper bound on what any one placement could get now: the most lendable GPUs not held by an open
+    placement on any lent node (liveness and reservations only lower it). Two grouped queries, so the tick
+    can skip loading the campus when the queue holds nothing that small."""
+    held = dict(Placement.objects.filter(ended_at__isnull=True, node__in=lent_nodes()).values("node_id")
+                .annotate(n=Sum("job__gpu_count")).values_list("node_id", "n"))
+    return max((Node.lendable_of(n, floor) - int(held.get(node_id) or 0) for node_id, floor, n in
+                Gpu.objects.filter(node__in=lent_nodes()).values("node_id", "node__gpu_floor")
+                .annotate(n=Count("pk")).values_list("node_id", "node__gpu_floor", "n")), default=0)
+
+
 def busy_gpus_on_lent_nodes() -> int:
     """GPUs held by open placements on lent nodes."""
     return sum(len(indices or []) for indices in Placement.objects.filter(
@@ -162,11 +174,16 @@ def link_available_bytes_per_s(capacity_bytes_per_s: float, lower_bytes_per_s: f
     return max(1.0, min(float(lower_bytes_per_s), float(capacity_bytes_per_s)))
 
 
+def newest_checkpoint_bytes(job_ref: str = "pk") -> Subquery:
+    """An annotation: the size of the newest completed checkpoint of the job ``job_ref`` names (NULL before
+    any), one index lookup per row (``checkpoint_sequence_unique``)."""
+    return Subquery(Checkpoint.objects.filter(job=OuterRef(job_ref), completed_at__isnull=False)
+                    .order_by("-sequence").values("size_bytes")[:1])
+
+
 def checkpoint_size_bytes(job_pks: Iterable[int]) -> dict[int, float]:
     """Per job: the size of its newest completed checkpoint, else its submitted estimate (one query)."""
-    newest = (Checkpoint.objects.filter(job=OuterRef("pk"), completed_at__isnull=False).order_by("-sequence")
-              .values("size_bytes")[:1])
-    rows = Job.objects.filter(pk__in=list(job_pks)).annotate(newest=Subquery(newest)).values_list(
+    rows = Job.objects.filter(pk__in=list(job_pks)).annotate(newest=newest_checkpoint_bytes()).values_list(
         "pk", "newest", "ckpt_bytes_estimate")
     return {pk: float(size if size is not None else estimate) for pk, size, estimate in rows}
 
@@ -184,19 +201,26 @@ def live_node_pks() -> set[int]:
                .values_list("node_id", flat=True))
 
 
-def held_and_reserved_gpus() -> tuple[dict[int, set[int]], dict[int, int]]:
-    """GPU indices held per node by open placements, and GPUs reserved per node by migrations in flight
-    whose destination is chosen but whose job has not started there yet."""
-    held: dict[int, set[int]] = {}
-    for node_id, indices in Placement.objects.filter(ended_at__isnull=True).values_list("node_id", "gpu_indices"):
-        held.setdefault(node_id, set()).update(int(i) for i in indices or [])
-    reserved: dict[int, int] = {}
-    for node_id, count in MigrationWork.objects.filter(
+def held_and_reserved_gpus() -> tuple[dict[int, int], dict[int, int]]:
+    """GPUs held per node by open placements, and GPUs reserved per node by migrations in flight whose
+    destination is chosen but whose job has not started there yet (two grouped queries)."""
+    held = dict(Placement.objects.filter(ended_at__isnull=True).values("node_id")
+                .annotate(n=Sum("job__gpu_count")).values_list("node_id", "n"))
+    reserved = dict(MigrationWork.objects.filter(
         phase__in=[MigrationPhase.CHECKPOINTING, MigrationPhase.TRANSFERRING, MigrationPhase.STARTING],
         migration__destination__isnull=False,
-    ).values_list("migration__destination_id", "migration__job__gpu_count"):
-        reserved[node_id] = reserved.get(node_id, 0) + count
-    return held, reserved
+    ).values("migration__destination_id").annotate(n=Sum("migration__job__gpu_count"))
+        .values_list("migration__destination_id", "n"))
+    return {k: int(v or 0) for k, v in held.items()}, {k: int(v or 0) for k, v in reserved.items()}
+
+
+def idle_gpu_indices(node_pk: int) -> list[int]:
+    """The node's GPU indices no open placement holds, ascending."""
+    held: set[int] = set()
+    for indices in Placement.objects.filter(node_id=node_pk, ended_at__isnull=True).values_list("gpu_indices",
+                                                                                               flat=True):
+        held.update(int(i) for i in indices or [])
+    return sorted(i for i in Gpu.objects.filter(node_id=node_pk).values_list("index", flat=True) if i not in held)
 
 
 def freshest_replica(job: Job, exclude_node_pk: int | None, live: set[int]) -> tuple[Checkpoint, int] | None:
@@ -223,10 +247,10 @@ def node_vertex(pk: int) -> str:
 class Campus:
     """One snapshot of the campus for a decision; arrays are indexed like ``node_pks`` / ``link_pks``.
 
-    ``free_gpus``/``free_indices`` count only lent nodes with a live agent. Decisions that place several jobs
-    at once take GPUs with :meth:`take_gpus` so that each sees the others; a planner that must write nothing
-    works on :meth:`scratch`. The hourly hazard profiles are read on first use (the control tick needs only
-    the current hour).
+    ``free_gpus`` counts only lent nodes with a live agent. Decisions that place several jobs at once take GPUs
+    with :meth:`take_gpus` so that each sees the others; a planner that must write nothing works on
+    :meth:`scratch`. What only a decision needs is read on first use: the hourly hazard profiles (the control
+    tick needs only the current hour) and a node's idle GPU indices (``free_indices``, by node).
     """
 
     tree: CampusTree
@@ -240,12 +264,18 @@ class Campus:
     provider_of: dict[int, int]
     access_link_of: dict[int, int]  # node pk → index of its access link
     free_gpus: np.ndarray
-    free_indices: dict[int, list[int]]
     vram_gb: np.ndarray
     capability: np.ndarray
     now_hour: float
     live: set[int] = field(default_factory=set)
+    free_indices: dict[int, list[int]] = field(default_factory=dict)  # filled by idle_indices()
     _hazard: np.ndarray | None = None
+
+    def idle_indices(self, node_pk: int) -> list[int]:
+        """``node_pk``'s idle GPU indices as this snapshot's decisions left them (read once per node)."""
+        if node_pk not in self.free_indices:
+            self.free_indices[node_pk] = idle_gpu_indices(node_pk)
+        return self.free_indices[node_pk]
 
     @property
     def hazard_per_s_by_hour(self) -> np.ndarray:
@@ -271,14 +301,14 @@ class Campus:
         """Hand ``count`` free GPUs of ``node_pk`` to one decision: the indices it may start on."""
         i = self.index_of[node_pk]
         self.free_gpus[i] -= count
-        indices = self.free_indices.get(node_pk, [])
+        indices = self.idle_indices(node_pk)
         taken, self.free_indices[node_pk] = indices[:count], indices[count:]
         return taken
 
     def give_back(self, node_pk: int, indices: list[int], count: int) -> None:
         """Undo :meth:`take_gpus` (a destination a later step of the same plan did not keep)."""
         self.free_gpus[self.index_of[node_pk]] += count
-        self.free_indices[node_pk] = sorted(self.free_indices.get(node_pk, []) + indices)
+        self.free_indices[node_pk] = sorted(self.idle_indices(node_pk) + indices)
 
     def feasible(self, job: Job, checkpoint: Checkpoint | None = None) -> np.ndarray:
         """Nodes that could run ``job`` now (design §3 feasibility, P2's own mask): enough free GPUs, VRAM and
@@ -305,8 +335,9 @@ def load(now: Any = None) -> Campus:
                                                           "node__pk", "capacity_bytes_per_s"))
     link_pks = [row[0] for row in links]
     link_index = {pk: i for i, pk in enumerate(link_pks)}
-    nodes = list(Node.objects.filter(access_link_id__in=link_pks).order_by("pk").values_list(
-        "pk", "building_id", "provider_id", "state", "killswitch_engaged", "gpu_floor", "access_link_id"))
+    nodes = [row for row in Node.objects.filter(access_link__isnull=False).order_by("pk").values_list(
+        "pk", "building_id", "provider_id", "state", "killswitch_engaged", "gpu_floor", "access_link_id")
+        if row[6] in link_index]
     node_pks = [row[0] for row in nodes]
     index_of = {pk: i for i, pk in enumerate(node_pks)}
     ends_b = [f"switch:{lower}" if lower is not None else
@@ -317,34 +348,26 @@ def load(now: Any = None) -> Campus:
     capacity = np.array([row[5] for row in links], dtype=float)
     lower = dict(LinkEstimate.objects.values_list("link_id", "lower_bytes_per_s"))
     available = np.array([link_available_bytes_per_s(row[5], lower.get(row[0])) for row in links], dtype=float)
-    gpus: dict[int, list[tuple[int, float, float]]] = {}
-    for node_id, index, vram, cc in Gpu.objects.filter(node_id__in=node_pks if len(node_pks) <= _IN_LIST_MAX
-                                                       else Node.objects.values("pk")).values_list(
-            "node_id", "index", "vram_gb", "compute_capability"):
-        if node_id in index_of:
-            gpus.setdefault(node_id, []).append((int(index), float(vram), float(cc)))
+    hardware = {node_id: (int(n), float(vram), float(cc)) for node_id, n, vram, cc in
+                Gpu.objects.values("node_id").annotate(n=Count("pk"), vram=Min("vram_gb"),
+                                                       cc=Min("compute_capability"))
+                .values_list("node_id", "n", "vram", "cc")}
     live = live_node_pks()
     held, reserved = held_and_reserved_gpus()
     n = len(nodes)
     free = np.zeros(n)
     vram_gb = np.zeros(n)
     capability = np.zeros(n)
-    free_indices: dict[int, list[int]] = {}
     for i, (pk, _, _, state, killswitch, floor, _) in enumerate(nodes):
-        own = sorted(gpus.get(pk, []))
-        vram_gb[i] = min((g[1] for g in own), default=0.0)
-        capability[i] = min((g[2] for g in own), default=0.0)
+        count, vram_gb[i], capability[i] = hardware.get(pk, (0, 0.0, 0.0))
         if state == NodeState.ONLINE and not killswitch and pk in live:
-            taken = held.get(pk, set())
-            idle = [g[0] for g in own if g[0] not in taken]
-            free[i] = max(0, min(len(idle), Node.lendable_of(len(own), floor) - len(taken)) - reserved.get(pk, 0))
-            free_indices[pk] = idle
+            free[i] = max(0, Node.lendable_of(count, floor) - held.get(pk, 0) - reserved.get(pk, 0))
     return Campus(
         tree=tree, node_pks=node_pks, index_of=index_of, link_pks=link_pks, link_names=[row[1] for row in links],
         link_capacity_bytes_per_s=capacity, link_available_bytes_per_s=available,
         building=np.array([row[1] for row in nodes], dtype=np.int64), provider_of={row[0]: row[2] for row in nodes},
         access_link_of={row[0]: link_index[row[6]] for row in nodes},
-        free_gpus=free, free_indices=free_indices, vram_gb=vram_gb, capability=capability,
+        free_gpus=free, vram_gb=vram_gb, capability=capability,
         now_hour=local.hour + local.minute / 60.0, live=live,
     )
 

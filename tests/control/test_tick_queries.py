@@ -1,0 +1,67 @@
+"""The control tick reads and writes the campus in a fixed number of SQL statements (``make bench-tick`` times it).
+
+Two campuses built like the benchmark's (``scripts/tickcampus.py``), 50 and 200 nodes, each run to a steady state
+(the first ticks send every job its interval and write every estimate); one more tick is then counted with
+Django's query capture. The counts must be equal: a per-node or per-job query anywhere in the tick would make the
+200-node count larger.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.django_db
+
+
+def _tickcampus() -> Any:
+    if "tickcampus" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("tickcampus", REPO / "scripts" / "tickcampus.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules["tickcampus"] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules["tickcampus"]
+
+
+class _Undo(Exception):  # noqa: N818
+    pass
+
+
+def _steady_tick_statements(n_nodes: int) -> tuple[int, list[str]]:
+    from portal.control import ticks
+
+    tickcampus = _tickcampus()
+    rng = random.Random(n_nodes)
+    try:
+        with transaction.atomic():
+            built = tickcampus.build(n_nodes, samples_per_link=5)
+            assert built.running_jobs > n_nodes  # ~80 % of the GPUs are busy
+            for _ in range(3):
+                tickcampus.agents_report(timezone.now(), rng)
+                ticks.control_tick()
+            tickcampus.agents_report(timezone.now(), rng)
+            with CaptureQueriesContext(connection) as captured:
+                ticks.control_tick()
+            raise _Undo(len(captured.captured_queries), [q["sql"][:120] for q in captured.captured_queries])
+    except _Undo as done:
+        return done.args[0], done.args[1]
+
+
+def test_the_tick_issues_as_many_statements_at_200_nodes_as_at_50(monkeypatch: pytest.MonkeyPatch) -> None:
+    from portal.control import ticks
+
+    monkeypatch.setattr(ticks, "_started_monotonic", float("-inf"))  # long past the restart grace
+    small, small_sql = _steady_tick_statements(50)
+    large, large_sql = _steady_tick_statements(200)
+    assert small == large, "\n".join(sorted(set(large_sql) - set(small_sql)) or large_sql)
+    assert small < 40
