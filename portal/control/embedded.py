@@ -15,9 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+
+from portal.control.ticks import control_tick
+from portal.core import idempotency, outbox
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +32,6 @@ _tasks: list[asyncio.Task[None]] = []
 
 
 async def _tick_loop(period_s: float) -> None:
-    from portal.control.ticks import control_tick
-
     while True:
         try:
             await database_sync_to_async(control_tick)()
@@ -44,10 +46,6 @@ _last_prune = 0.0
 
 def _relay_batch() -> int:
     global _last_prune
-    import time
-
-    from portal.core import idempotency, outbox
-
     # Small batches: urgent rows queued meanwhile are claimed next, and a shutdown waits for a few tasks only.
     sent, _ = outbox.relay_once(outbox.run_in_process, limit=RELAY_BATCH)
     if time.monotonic() - _last_prune > PRUNE_EVERY_S:  # rows sent a day ago, expired idempotency keys
@@ -58,8 +56,6 @@ def _relay_batch() -> int:
 
 
 async def _relay_loop() -> None:
-    from portal.core import outbox
-
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
 

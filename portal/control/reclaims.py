@@ -209,6 +209,12 @@ def _apply_replanned_rates(changes: tuple[tuple[int, float | None, float], ...],
                              migration_id=mig.pk, rate_bytes_per_s=rate, replanned=True)
 
 
+def draining_reclaims() -> list[int]:
+    """Scheduled reclaims planned and not finished: the ones :func:`release` may finish."""
+    return list(ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
+                                            work__planned_at__isnull=False).values_list("pk", flat=True))
+
+
 def release(reclaim_id: int) -> bool:
     """The node has nothing left to send: give it back to the provider (draining → reclaimed), once."""
     reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)

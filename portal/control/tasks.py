@@ -62,16 +62,9 @@ def advance_migration(migration_id: int) -> str:
     with transaction.atomic():
         lock_allocation()
         result = workflow.advance(migration_id)
-        for reclaim_id in _open_scheduled_reclaims():
+        for reclaim_id in reclaim_flow.draining_reclaims():
             reclaim_flow.release(reclaim_id)
     return result
-
-
-def _open_scheduled_reclaims() -> list[int]:
-    from portal.core.models import ReclaimEvent, ReclaimKind
-
-    return list(ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
-                                            work__planned_at__isnull=False).values_list("pk", flat=True))
 
 
 @shared_task(name=Task.RELEASE_RECLAIMS, ignore_result=True, **RETRY)

@@ -25,7 +25,7 @@ from portal.control.models import (
     TransferState,
 )
 from portal.control.plan import recovery_rate
-from portal.control.reclaims import enforce_deadline, expire_transfers, node_lost, release
+from portal.control.reclaims import draining_reclaims, enforce_deadline, expire_transfers, node_lost, release
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.control.workflow import (
     issue_transfer,
@@ -100,9 +100,7 @@ def enforce_due_deadlines() -> None:
 
 
 def release_finished() -> None:
-    open_reclaims = ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
-                                                work__planned_at__isnull=False).values_list("pk", flat=True)
-    for reclaim_id in open_reclaims:
+    for reclaim_id in draining_reclaims():
         with transaction.atomic():
             release(reclaim_id)
 

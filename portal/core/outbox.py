@@ -31,6 +31,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from portal.celery import app
 from portal.core.models.outbox import OutboxMessage
 
 log = logging.getLogger(__name__)
@@ -183,8 +184,7 @@ def pending(task_names: Iterable[str] | None = None) -> int:
 
 def run_in_process(message: OutboxMessage) -> None:
     """Publisher of the embedded default and of ``inline`` mode: run the task body in this process."""
-    from portal.celery import app  # the Celery app is the task registry; nothing is sent to a broker
-
+    # The Celery app is the task registry here; nothing is sent to a broker.
     if message.task_name not in app.tasks:
         app.loader.import_default_modules()  # registers the tasks (autodiscovery), once per process
     task = app.tasks[message.task_name]

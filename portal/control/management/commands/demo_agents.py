@@ -21,6 +21,11 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from portal.core.lifecycle.jobs import TERMINAL
+from portal.core.models import Job, Node
+from portal.core.services.jobs import submit_job
+from portal.core.services.nodes import rotate_agent_token
+
 DEMO_JOB = "python examples/train_numpy.py --steps 20000 --step-sleep 0.05 --pad-bytes 2000000"
 
 
@@ -35,8 +40,6 @@ class Command(BaseCommand):
         parser.add_argument("--submit-jobs", type=int, default=2, help="demo training jobs to queue")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from portal.core.models import Node
-        from portal.core.services.nodes import rotate_agent_token
 
         count = options["count"]
         if count < 1:
@@ -88,15 +91,12 @@ class Command(BaseCommand):
     def _submit(self, n_jobs: int) -> None:
         from django.contrib.auth import get_user_model
 
-        from portal.core.services.jobs import submit_job
 
         user = get_user_model().objects.filter(username="researcher").first()
         group = user.research_groups.first() if user is not None else None
         if user is None or group is None:
             self.stdout.write("no demo researcher (seed_campus --demo-users): not queueing demo jobs")
             return
-        from portal.core.lifecycle.jobs import TERMINAL
-        from portal.core.models import Job
 
         live = Job.objects.filter(name__startswith="demo-numpy-").exclude(state__in=TERMINAL).count()
         for k in range(live, n_jobs):
