@@ -164,6 +164,26 @@ class HazardEstimator:
             np.add.at(self._events[slot], nodes, 1.0)
         self._version += 1
 
+    # ------------------------------------------------------------ state
+    STATE_ARRAYS = ("_events", "_exposure_s", "_bucket", "_prof_events", "_prof_exposure_s")
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Everything the estimates depend on, as arrays (with :meth:`load_arrays`: a durable copy)."""
+        out = {name.lstrip("_"): getattr(self, name).copy() for name in self.STATE_ARRAYS}
+        out["prof_t_s"] = np.array([self._prof_t_s])
+        return out
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`to_arrays` returned (the estimator must have the same nodes, groups and window)."""
+        for name in self.STATE_ARRAYS:
+            value = np.asarray(arrays[name.lstrip("_")])
+            if value.shape != getattr(self, name).shape:
+                raise ValueError(f"{name}: shape {value.shape}, expected {getattr(self, name).shape}")
+            setattr(self, name, value.astype(getattr(self, name).dtype, copy=True))
+        self._prof_t_s = float(np.asarray(arrays["prof_t_s"]).ravel()[0])
+        self._cache = None
+        self._version += 1
+
     # ------------------------------------------------------------ estimates
     def _shape(self) -> np.ndarray:
         """Hour-of-day shape per group (G, 24), mean 1, shrunk toward the campus shape and then flat."""
@@ -220,6 +240,11 @@ class HazardEstimator:
         shape_post = n_i + m
         level = shape_post / rate
         upper = gammaincinv(shape_post, self.confidence) / rate
+        # The levels above the nodes, with their own upper bounds (the read model falls back to them).
+        rate_g = x_g + m / theta_c
+        group_upper = gammaincinv(n_g + m, self.confidence) / rate_g
+        campus_rate = x_g.sum() + m / self.prior_per_s
+        campus_upper = gammaincinv(n_g.sum() + m, self.confidence) / campus_rate
         out = {
             "level": level,
             "upper": upper,
@@ -228,8 +253,10 @@ class HazardEstimator:
             "events": n_i,
             "exposure_s": x_i,
             "group_level": theta_g,
+            "group_upper": group_upper,
             "group_shape": shape_g,
             "campus_level": np.array([theta_c]),
+            "campus_upper": np.array([campus_upper]),
         }
         self._cache = (t_s, self._version, out)
         return out
@@ -273,6 +300,19 @@ class HazardEstimator:
         shape = float(np.average(e["group_shape"][:, int(t_s // HOUR_S) % 24], weights=weights))
         return float(e["campus_level"][0]) * shape
 
+    def group_hourly_profile_per_s(self, t_s: float, *, upper: bool = False) -> np.ndarray:
+        """(n_groups, 24) hourly profile of each group's level (λ̂, or λ⁺ with ``upper``), in the order of the
+        sorted group labels given as ``group_of``."""
+        e = self._estimate(t_s)
+        return (e["group_upper"] if upper else e["group_level"])[:, None] * e["group_shape"]
+
+    def campus_hourly_profile_per_s(self, t_s: float, *, upper: bool = False) -> np.ndarray:
+        """(24,) hourly profile of the campus level, shaped like its nodes (node-weighted group shapes)."""
+        e = self._estimate(t_s)
+        weights = np.bincount(self.group, minlength=self.n_groups).astype(float)
+        shape = np.average(e["group_shape"], axis=0, weights=weights)
+        return float((e["campus_upper"] if upper else e["campus_level"])[0]) * shape
+
     def window_used_s(self, t_s: float) -> np.ndarray:
         """Per node, the window the level came from (shorter than window_s after a detected change)."""
         return self._estimate(t_s)["window_s"].copy()
@@ -290,6 +330,7 @@ class BandwidthEstimator:
         self._mean = np.zeros(n_links)
         self._var = np.zeros(n_links)
         self._t_s: float | None = None
+        self._t_link = np.full(n_links, np.nan)  # per link, the newest sample's time (observe_samples)
 
     def observe(self, t_s: float, link_bytes_per_s: np.ndarray) -> None:
         """One sample of every link (bytes/s derived from egress counters over ~100 ms)."""
@@ -304,6 +345,45 @@ class BandwidthEstimator:
             self._mean = self._mean + alpha * diff
             self._var = (1.0 - alpha) * (self._var + alpha * diff * diff)
         self._t_s = t_s
+
+    def observe_samples(self, link: np.ndarray, t_s: np.ndarray, link_bytes_per_s: np.ndarray) -> None:
+        """Samples of single links, each at its own time (``link`` indices, in any order): each link's mean and
+        variance advance sample by sample in time order, so the result does not depend on how the samples were
+        batched — the same samples give the same estimate whether they came in one call or in many."""
+        link = np.asarray(link, dtype=np.int64)
+        t_s = np.asarray(t_s, dtype=float)
+        x = np.asarray(link_bytes_per_s, dtype=float)
+        if link.size == 0:
+            return
+        order = np.lexsort((t_s, link))
+        link, t_s, x = link[order], t_s[order], x[order]
+        rank = np.arange(link.size) - np.searchsorted(link, link)  # k-th sample of its link
+        for k in range(int(rank.max()) + 1):  # round k: the k-th sample of every link, vectorised
+            pick = rank == k
+            i, t, v = link[pick], t_s[pick], x[pick]
+            first = np.isnan(self._t_link[i])
+            dt = np.where(first, 0.0, np.maximum(t - np.nan_to_num(self._t_link[i]), 0.0))
+            alpha = np.where(first, 1.0, 1.0 - 2.0 ** (-dt / self.half_life_s))
+            diff = v - self._mean[i]
+            self._mean[i] = np.where(first, v, self._mean[i] + alpha * diff)
+            self._var[i] = np.where(first, 0.0, (1.0 - alpha) * (self._var[i] + alpha * diff * diff))
+            self._t_link[i] = np.fmax(self._t_link[i], t)  # fmax: NaN (never seen) gives way to t
+
+    def observed(self) -> np.ndarray:
+        """Per link: whether any sample has been seen (``observe_samples``)."""
+        return ~np.isnan(self._t_link)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"mean": self._mean.copy(), "var": self._var.copy(),
+                "t_link": self._t_link.copy()}
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        for name in ("mean", "var", "t_link"):
+            if np.asarray(arrays[name]).shape != (self.n_links,):
+                raise ValueError(f"{name}: shape {np.asarray(arrays[name]).shape}, expected ({self.n_links},)")
+        self._mean = np.asarray(arrays["mean"], dtype=float).copy()
+        self._var = np.asarray(arrays["var"], dtype=float).copy()
+        self._t_link = np.asarray(arrays["t_link"], dtype=float).copy()
 
     def mean_bytes_per_s(self) -> np.ndarray:
         return self._mean.copy()

@@ -8,7 +8,8 @@ Used by ``scripts/bench_tick.py`` (``make bench-tick``) and by the test that pin
 - nodes of 2, 4 or 8 GPUs (mixed models), some with a floor of one, every one online with a live agent;
 - running jobs on ~80 % of the lendable GPUs, each with a completed checkpoint pre-synced to another node;
 - a few queued jobs no node can take (16 GPUs), as a real queue has;
-- a week of departures (emergency reclaims, kill-switches, lost heartbeats: about one per node per day);
+- a week of departures (emergency reclaims, kill-switches, lost heartbeats: about one per node per day), each
+  with the node's availability record (lent a week ago, reclaimed at the departure, lent again within the hour);
 - ``samples_per_link`` bandwidth samples per access link, one a minute up to now (a day = 1,440).
 """
 
@@ -56,6 +57,7 @@ def build(n_nodes: int, *, seed: int = 0, samples_per_link: int = 1440, now: dt.
         Link,
         LinkEstimate,
         Node,
+        NodeAvailability,
         Placement,
         Provider,
         ReclaimEvent,
@@ -134,15 +136,22 @@ def build(n_nodes: int, *, seed: int = 0, samples_per_link: int = 1440, now: dt.
         replica = Checkpoint.replica_nodes.through
         replica.objects.bulk_create([replica(checkpoint_id=c.pk, node_id=nodes[(k * 7 + 1) % n_nodes].pk)
                                      for k, c in enumerate(ckpts)], batch_size=5000)
-        departures = []
+        departures, availability = [], []
+        week_ago = now - dt.timedelta(days=7)
         for node in nodes:
-            for _ in range(rng.randint(4, 10)):
-                at = now - dt.timedelta(seconds=rng.uniform(3600, 7 * 86400))
+            availability.append(NodeAvailability(node=node, at=week_ago, state=NodeState.ONLINE, lent=True))
+            times = sorted(rng.uniform(3600, 7 * 86400 - 3600) for _ in range(rng.randint(4, 10)))
+            for ago_s in times[::-1]:  # oldest first; each one back online within the hour
+                at = now - dt.timedelta(seconds=ago_s)
                 departures.append(ReclaimEvent(node=node, kind=rng.choice((ReclaimKind.EMERGENCY, ReclaimKind.KILLSWITCH,
                                                                             ReclaimKind.HEARTBEAT_LOST)),
                                                notice_s=0.0, deadline_at=at, finished_at=at,
                                                outcome=ReclaimOutcome.DEGRADED))
+                availability.append(NodeAvailability(node=node, at=at, state=NodeState.RECLAIMED, lent=False))
+                availability.append(NodeAvailability(node=node, at=at + dt.timedelta(seconds=rng.uniform(60, 3000)),
+                                                     state=NodeState.ONLINE, lent=True))
         ReclaimEvent.objects.bulk_create(departures, batch_size=5000)
+        NodeAvailability.objects.bulk_create(availability, batch_size=5000)
         # requested_at is auto_now_add: date the departures back to when they happened.
         ReclaimEvent.objects.filter(kind__in=(ReclaimKind.EMERGENCY, ReclaimKind.KILLSWITCH,
                                               ReclaimKind.HEARTBEAT_LOST)).update(requested_at=F("deadline_at"))

@@ -141,6 +141,27 @@ class JobRuntime(models.Model):
         return f"runtime of job {self.job_id}"
 
 
+class EstimatorSnapshot(models.Model):
+    """The estimators' state at ``until``, shared by every worker (design §2 estimators, §9.5).
+
+    The estimates are a function of the recorded history (departures, node availability, bandwidth samples):
+    a worker loads the newest snapshot, replays what was recorded after ``until`` and, now and then, stores a
+    newer one. ``arrays`` is a compressed ``numpy.savez`` of the hazard and bandwidth estimators' arrays and of
+    what was last written to the estimate tables; ``nodes``/``links`` name the order of their rows.
+    """
+
+    key = models.CharField(max_length=32, primary_key=True, default="campus")
+    until = models.DateTimeField()
+    nodes = models.JSONField(default=list, help_text="[[node pk, provider pk], ...] in array order")
+    links = models.JSONField(default=list, help_text="[[link pk, capacity], ...] in array order")
+    arrays = models.BinaryField()
+    hazard_written_at = models.DateTimeField(null=True, blank=True)
+    saved_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"estimator snapshot {self.key} at {self.until:%Y-%m-%d %H:%M:%S}"
+
+
 class ReclaimWork(models.Model):
     """Once-only claims on a reclaim's steps (conditional updates on these columns)."""
 

@@ -321,7 +321,7 @@ def presync(checkpoint_id: int) -> str:
         return "issued" if transfer is not None else "holder unreachable"
 
 
-def control_tick() -> dict[str, int]:
+def control_tick(now: dt.datetime | None = None) -> dict[str, int]:
     """One control period: heartbeats, deadlines, P1, placement, releases (one tick at a time on PostgreSQL)."""
     locked = True
     if connection.vendor == "postgresql":
@@ -331,11 +331,11 @@ def control_tick() -> dict[str, int]:
         if not locked:
             return {"skipped": 1}
     try:
-        update_estimates()
+        update_estimates(now)
         lost = detect_lost_heartbeats()
         enforce_due_deadlines()
         expired = expire_transfers()
-        changed = p1_tick()
+        changed = p1_tick(now)
         expire_starts()
         placed = place_queued()
         release_finished()

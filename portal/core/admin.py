@@ -149,6 +149,23 @@ class LinkEstimateAdmin(admin.ModelAdmin):
     list_select_related = ["link"]
 
 
+@admin.register(m.NodeAvailability)
+class NodeAvailabilityAdmin(admin.ModelAdmin):
+    """The record exposure is computed from: read-only (the node lifecycle writes it)."""
+
+    list_display = ["node", "state", "lent", "at"]
+    list_filter = ["lent", "state"]
+    search_fields = ["node__name"]
+    list_select_related = ["node"]
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(m.HazardEstimate)
 class HazardEstimateAdmin(admin.ModelAdmin):
     list_display = ["scope", "node", "provider", "hour_of_day", "hazard_per_s", "hazard_upper_per_s", "updated_at"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
+from django.utils import timezone
 
 from portal.core.lifecycle.base import InvalidTransition, apply_transition
 
@@ -43,7 +44,10 @@ LENDABLE = frozenset({NodeState.ONLINE})
 
 
 def _move(node: Node, target: str, **extra: Any) -> None:
+    """Apply the transition and record it, with its time, for the hazard estimator's exposure."""
     apply_transition("node", ALLOWED, node, target, extra)
+    node.availability.create(at=timezone.now(), state=target,  # NodeAvailability, by its reverse relation
+                             lent=target in LENDABLE and not node.killswitch_engaged)
 
 
 def come_online(node: Node) -> None:

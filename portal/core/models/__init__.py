@@ -7,7 +7,13 @@ from portal.core.models.logs import AuditLog, DecisionLog
 from portal.core.models.nodes import Gpu, LendingWindow, Node
 from portal.core.models.outbox import IdempotencyKey, OutboxMessage
 from portal.core.models.reclaims import Migration, MigrationMode, ReclaimEvent, ReclaimKind, ReclaimOutcome
-from portal.core.models.telemetry import BandwidthSample, HazardEstimate, HazardScope, LinkEstimate
+from portal.core.models.telemetry import (
+    BandwidthSample,
+    HazardEstimate,
+    HazardScope,
+    LinkEstimate,
+    NodeAvailability,
+)
 
 __all__ = [
     "AuditLog",
@@ -26,6 +32,7 @@ __all__ = [
     "Migration",
     "MigrationMode",
     "Node",
+    "NodeAvailability",
     "OutboxMessage",
     "Placement",
     "PriorityClass",

@@ -24,6 +24,23 @@ class BandwidthSample(models.Model):
         return f"{self.link_id} at {self.sampled_at:%Y-%m-%d %H:%M:%S}: {self.bytes_per_s:.0f} B/s"
 
 
+class NodeAvailability(models.Model):
+    """One change of a node's lifecycle state, with its time: what the hazard estimator's exposure (how long
+    each node was lent) is computed from (design §2 estimators). Written by the node lifecycle on every move."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="availability")
+    at = models.DateTimeField(db_index=True)
+    state = models.CharField(max_length=16)
+    lent = models.BooleanField(help_text="Online and not kill-switched from this moment on")
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["node", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
 class LinkEstimate(models.Model):
     link = models.OneToOneField(Link, on_delete=models.CASCADE, related_name="estimate")
     mean_bytes_per_s = models.FloatField()
