@@ -184,6 +184,8 @@ RECLAIMNET = {
     "CONTROL_PERIOD_S": env_float("RECLAIMNET_CONTROL_PERIOD_S", 10.0),
     "HEARTBEAT_INTERVAL_S": env_float("RECLAIMNET_HEARTBEAT_INTERVAL_S", 2.0),
     "HEARTBEAT_TIMEOUT_S": env_float("RECLAIMNET_HEARTBEAT_TIMEOUT_S", 10.0),
+    # How stale the estimators' stored snapshot may get; each tick replays at most this much history.
+    "ESTIMATOR_SNAPSHOT_PERIOD_S": env_float("RECLAIMNET_ESTIMATOR_SNAPSHOT_PERIOD_S", 60.0),
     "CHECKPOINT_BUDGET_FRACTION": env_float("RECLAIMNET_CHECKPOINT_BUDGET_FRACTION", 0.3),
     "BETA": 0.2,
     "ALPHA": 1.0,

@@ -35,6 +35,7 @@ from django.db import connection, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
+from portal.control.config import rn
 from portal.control.models import EstimatorSnapshot
 from portal.core.models import (
     BandwidthSample,
@@ -52,7 +53,6 @@ from scheduler.estimators import BandwidthEstimator, HazardEstimator
 SETTLE_S = 5.0  # the estimators look this far into the past: later commits of earlier records are still seen
 REBUILD_S = 7 * 86400.0  # a rebuild replays a week (the hour-of-day shape forgets with a week's half-life)
 BANDWIDTH_REPLAY_S = 600.0  # 60 half-lives of the bandwidth EWMA: older samples weigh nothing
-SNAPSHOT_PERIOD_S = 60.0  # how stale the stored snapshot may get (each tick replays at most this much)
 HAZARD_WRITE_PERIOD_S = 60.0
 HAZARD_CHANGE = 0.10  # relative change of any hour's λ⁺ that makes a node's rows worth rewriting
 LINK_CHANGE = 0.02  # relative change of a link's B⁻ that makes its estimate worth rewriting
@@ -364,7 +364,7 @@ def update_estimates(now: dt.datetime | None = None) -> dict[str, int]:
         state, snapshot, departed, rebuilt = current_state(now)
         links = write_links(state)
         wrote = write_hazard(state, departed)
-        stale = snapshot is None or state.until_s - clock_s(snapshot.until) >= SNAPSHOT_PERIOD_S
+        stale = snapshot is None or state.until_s - clock_s(snapshot.until) >= rn("ESTIMATOR_SNAPSHOT_PERIOD_S")
         if rebuilt or wrote or stale:
             save(state)
     return {"links": links, "hazard_written": int(wrote), "rebuilt": int(rebuilt)}

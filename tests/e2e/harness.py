@@ -161,11 +161,12 @@ class Stack:
         return proc
 
     def start_worker(self, name: str = "celery", *, beat: bool = True, pool: str = "solo",
-                     concurrency: int = 1) -> Proc:
+                     concurrency: int = 1, extra_args: tuple[str, ...] = ()) -> Proc:
         """A Celery worker (``-B``: with beat and the outbox relay inside it). ``name`` is also its node name,
         so several workers can run side by side as on separate hosts."""
         argv = [PY, "-m", "celery", "-A", "portal", "worker", "-P", pool, "--concurrency", str(concurrency),
-                "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "INFO"]
+                "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "INFO",
+                *extra_args]
         if beat:
             argv += ["-B", "-s", str(self.workdir / "celerybeat-schedule")]
         proc = self._spawn(name, argv)
