@@ -162,10 +162,23 @@ class EstimatorSnapshot(models.Model):
         return f"estimator snapshot {self.key} at {self.until:%Y-%m-%d %H:%M:%S}"
 
 
+class ReclaimPhase(models.TextChoices):
+    REQUESTED = "requested", "requested, not planned yet"
+    PLANNED = "planned", "planned: final checkpoints under way until the deadline"
+    RECOVERED = "recovered", "no notice: jobs resumed from their replicas"
+    RELEASED = "released", "drained and given back before the deadline"
+    FORCED = "forced", "given back at the deadline, unfinished jobs from their replicas"
+
+
 class ReclaimWork(models.Model):
-    """Once-only claims on a reclaim's steps (conditional updates on these columns)."""
+    """The control plane's progress on one reclaim, moved only by ``portal.control.lifecycle`` (each move a
+    conditional UPDATE, so a redelivered task or a concurrent tick never does a step twice)."""
 
     reclaim = models.OneToOneField("core.ReclaimEvent", on_delete=models.CASCADE, related_name="work")
+    phase = models.CharField(max_length=16, choices=ReclaimPhase.choices, default=ReclaimPhase.REQUESTED)
+    phase_entered_at = models.DateTimeField(null=True, blank=True)
+    phase_deadline_at = models.DateTimeField(null=True, blank=True)
+    phase_attempts = models.PositiveIntegerField(default=0)
     planned_at = models.DateTimeField(null=True, blank=True)
     forced_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)

@@ -1,7 +1,8 @@
 """Reclaim workflows (design §1 warn → drain → force; §3 P2; §4 P3): scheduled, emergency, kill-switch, lost node.
 
-Each entry point claims its step once with a conditional UPDATE on ``ReclaimWork`` (so a redelivered Celery
-task or a concurrent tick does nothing twice) and moves nodes and jobs only through the lifecycles.
+Each entry point claims its step once by moving the reclaim's lifecycle (``portal.control.lifecycle``:
+requested → planned | recovered | forced, planned → released | forced), so a redelivered Celery task or a
+concurrent tick does nothing twice, and moves nodes and jobs only through their lifecycles.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.control import commands, lifecycle, protocol
-from portal.control.models import MigrationPhase, MigrationWork, ReclaimWork, Transfer, TransferState
+from portal.control.models import (
+    MigrationPhase,
+    MigrationWork,
+    ReclaimPhase,
+    Transfer,
+    TransferState,
+)
 from portal.control.plan import ACTIVE_PHASES, Outcome, ReclaimPlan, jobs_leaving, plan_reclaim
 from portal.control.state import load_campus
 from portal.control.workflow import job_groups, log_decision, publish_after_commit, recover_from_replica
@@ -38,13 +45,6 @@ from scheduler.p3 import DSCP
 log = logging.getLogger(__name__)
 
 
-def _claim(reclaim_id: int, column: str, extra: Q | None = None) -> bool:
-    """Set ``ReclaimWork.<column>`` once; True for the one caller that did it."""
-    ReclaimWork.objects.get_or_create(reclaim_id=reclaim_id)
-    q = Q(reclaim_id=reclaim_id, **{f"{column}__isnull": True})
-    return ReclaimWork.objects.filter(q & (extra or Q())).update(**{column: timezone.now()}) == 1
-
-
 def _jobs_on(node_id: int) -> list[Job]:
     return list(Job.objects.filter(placements__node_id=node_id, placements__ended_at__isnull=True,
                                    state__in=[JobState.RUNNING, JobState.MIGRATING]).order_by("pk"))
@@ -62,9 +62,12 @@ def run_reclaim(reclaim_id: int, now: dt.datetime | None = None) -> str:
 
     ``now`` (default: the clock) is when the plan is made; the notice left is the deadline minus ``now``."""
     with transaction.atomic():
-        if not _claim(reclaim_id, "planned_at"):
-            return "already planned"
         reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
+        scheduled = reclaim.kind == ReclaimKind.SCHEDULED
+        target = ReclaimPhase.PLANNED if scheduled else ReclaimPhase.RECOVERED
+        if not lifecycle.claim_reclaim(reclaim_id, ReclaimPhase.REQUESTED, target,
+                                       deadline_at=reclaim.deadline_at if scheduled else None):
+            return "already planned"
         node = reclaim.node
         publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "reclaim",
                              reclaim_id=reclaim.pk, node_id=node.pk, kind=reclaim.kind, notice_s=reclaim.notice_s)
@@ -212,7 +215,7 @@ def _apply_replanned_rates(changes: tuple[tuple[int, float | None, float], ...],
 def draining_reclaims() -> list[int]:
     """Scheduled reclaims planned and not finished: the ones :func:`release` may finish."""
     return list(ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
-                                            work__planned_at__isnull=False).values_list("pk", flat=True))
+                                            work__phase=ReclaimPhase.PLANNED).values_list("pk", flat=True))
 
 
 def release(reclaim_id: int) -> bool:
@@ -224,7 +227,7 @@ def release(reclaim_id: int) -> bool:
     if Job.objects.filter(placements__node=reclaim.node, placements__ended_at__isnull=True,
                           state=JobState.RUNNING).exists():
         return False
-    if not _claim(reclaim_id, "released_at"):
+    if not lifecycle.claim_reclaim(reclaim_id, ReclaimPhase.PLANNED, ReclaimPhase.RELEASED):
         return False
     node = Node.objects.select_for_update().get(pk=reclaim.node_id)
     if node.state == NodeState.DRAINING:
@@ -249,7 +252,9 @@ def enforce_deadline(reclaim_id: int) -> str:
         # next tick), the kill-switch has still gone out at the deadline. Engaging it twice is harmless.
         commands.send(reclaim.node_id, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
     with transaction.atomic():
-        if not _claim(reclaim_id, "forced_at", Q(reclaim__finished_at__isnull=True)):
+        forced = any(lifecycle.claim_reclaim(reclaim_id, current, ReclaimPhase.FORCED)
+                     for current in (ReclaimPhase.PLANNED, ReclaimPhase.REQUESTED))
+        if not forced:
             return "already enforced or finished"
         node = Node.objects.select_for_update().get(pk=reclaim.node_id)
         late = list(MigrationWork.objects.select_related("migration").filter(
@@ -262,7 +267,6 @@ def enforce_deadline(reclaim_id: int) -> str:
             recover_from_replica(job, node.pk, reclaim, "deadline", campus=campus)
         if node.state == NodeState.DRAINING:
             node_lifecycle.reclaim(node)
-        ReclaimWork.objects.filter(reclaim_id=reclaim_id, released_at__isnull=True).update(released_at=timezone.now())
         _set_outcome(reclaim, ReclaimOutcome.FORCED, f"{len(late)} job(s) not checkpointed by the deadline",
                      finished=True)
         return "forced"

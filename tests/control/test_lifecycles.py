@@ -1,4 +1,4 @@
-"""The migration and transfer lifecycles: every move the table allows succeeds and records its bookkeeping;
+"""The reclaim, migration and transfer lifecycles: every move the table allows succeeds and records its bookkeeping;
 every other one raises and changes nothing; a row another worker moved first is never moved twice."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from portal.control import lifecycle
 from portal.control.models import (
     MigrationPhase,
     MigrationWork,
+    ReclaimPhase,
+    ReclaimWork,
     Transfer,
     TransferPurpose,
     TransferState,
@@ -115,7 +117,7 @@ def test_only_the_lifecycle_module_moves_phases_and_transfer_states() -> None:
 
     root = Path(__file__).resolve().parents[2] / "portal"
     offenders = []
-    pattern = re.compile(r"\.phase\s*=[^=]|update\([^)]*\b(phase|state)=(MigrationPhase|TransferState)\.")
+    pattern = re.compile(r"\.phase\s*=[^=]|update\([^)]*\b(phase|state)=(MigrationPhase|TransferState|ReclaimPhase)\.")
     for path in root.rglob("*.py"):
         if path.name == "lifecycle.py" or "migrations" in path.parts:
             continue
@@ -123,3 +125,47 @@ def test_only_the_lifecycle_module_moves_phases_and_transfer_states() -> None:
             if pattern.search(line):
                 offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+RECLAIM_PHASES = [p.value for p in ReclaimPhase]
+
+
+def _reclaim_work(phase: str) -> ReclaimWork:
+    from portal.core.models import ReclaimEvent
+
+    node, _ = make_node(f"rc-{ReclaimWork.objects.count()}")
+    reclaim = ReclaimEvent.objects.create(node=node, kind="scheduled", notice_s=60,
+                                          deadline_at=timezone.now() + dt.timedelta(seconds=60))
+    work = lifecycle.reclaim_work(reclaim.pk)
+    ReclaimWork.objects.filter(pk=work.pk).update(phase=phase)
+    return ReclaimWork.objects.get(pk=work.pk)
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(RECLAIM_PHASES, RECLAIM_PHASES)))
+def test_every_reclaim_move_is_allowed_exactly_when_the_table_says(current: str, target: str) -> None:
+    work = _reclaim_work(current)
+    before = ReclaimWork.objects.filter(pk=work.pk).values().get()
+    deadline = timezone.now() + dt.timedelta(seconds=60)
+    if target in lifecycle.RECLAIM_TRANSITIONS[current]:
+        assert lifecycle.claim_reclaim(work.reclaim_id, current, target, deadline_at=deadline) is True
+        row = ReclaimWork.objects.get(pk=work.pk)
+        assert row.phase == target and row.phase_deadline_at == deadline and row.phase_entered_at is not None
+        assert getattr(row, lifecycle.RECLAIM_STAMP[target]) is not None
+        assert lifecycle.claim_reclaim(work.reclaim_id, current, target) is False  # the step was taken
+    else:
+        with pytest.raises(InvalidTransition):
+            lifecycle.claim_reclaim(work.reclaim_id, current, target)
+        assert ReclaimWork.objects.filter(pk=work.pk).values().get() == before
+
+
+def test_a_new_reclaim_must_be_planned_within_its_planning_deadline() -> None:
+    work = _reclaim_work(ReclaimPhase.REQUESTED)
+    fresh = lifecycle.reclaim_work(work.reclaim_id)
+    assert fresh.phase == ReclaimPhase.REQUESTED
+    ReclaimWork.objects.filter(pk=work.pk).delete()
+    created = lifecycle.reclaim_work(work.reclaim_id)
+    window = (created.phase_deadline_at - created.phase_entered_at).total_seconds()
+    assert window == pytest.approx(lifecycle.PLAN_TIMEOUT_S)
+    assert set(lifecycle.RECLAIM_TRANSITIONS) == set(RECLAIM_PHASES)
+    for terminal in (ReclaimPhase.RECOVERED, ReclaimPhase.RELEASED, ReclaimPhase.FORCED):
+        assert lifecycle.RECLAIM_TRANSITIONS[terminal] == frozenset()

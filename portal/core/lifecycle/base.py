@@ -66,14 +66,15 @@ def claim_transition(
     target: str,
     extra_fields: Mapping[str, Any] | None = None,
     field: str = "state",
+    key: str = "pk",
 ) -> bool:
     """First one wins: move row ``pk`` from ``current`` to ``target`` if it is still in ``current``.
 
     For facts that may arrive twice or race each other (a transfer reported received and timed out at once):
     True for the one caller that moved it, False for every other. A transition not in ``allowed`` raises
-    ``InvalidTransition`` and changes nothing.
+    ``InvalidTransition`` and changes nothing. ``key`` names the column ``pk`` is matched against.
     """
     if target not in allowed.get(current, frozenset()):
         raise InvalidTransition(machine, current, target)
     values = {field: target, **(extra_fields or {})}
-    return model._default_manager.filter(pk=pk, **{field: current}).update(**values) == 1
+    return model._default_manager.filter(**{key: pk, field: current}).update(**values) == 1
