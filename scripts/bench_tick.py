@@ -4,8 +4,8 @@ Each size gets a fresh database (``<name>_bench_tick``) filled by ``scripts/tick
 lendable GPUs, a week of departures, a day of bandwidth samples at one a minute per access link (COPY). Then
 ``portal.control.ticks.control_tick`` runs as the portal runs it — estimators, lost heartbeats, deadlines,
 expired transfers, P1 for every running job, expired starts, placement of the queue, releases — 3 times to
-warm up and 20 times measured, with the agents' heartbeats and one bandwidth sample per link written between
-ticks (not timed). Printed per size: the median and spread of the tick and its SQL statement count; the last
+warm up and 20 times measured, 10 s apart on an injected clock (the default control period), with the agents'
+heartbeats and one bandwidth sample per link written between ticks (not timed). Printed per size: the median and spread of the tick and its SQL statement count; the last
 line is ``bench-tick: 500 nodes X ms, 5000 nodes Y ms, queries at 500 Q1, queries at 5000 Q2``.
 
     python scripts/bench_tick.py [--sizes 54,500,5000] [--ticks 20] [--samples-per-link 1440]
@@ -14,6 +14,7 @@ line is ``bench-tick: 500 nodes X ms, 5000 nodes Y ms, queries at 500 Q1, querie
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import statistics
@@ -26,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_URL = "postgres://reclaimnet@127.0.0.1:5432/reclaimnet"
+CONTROL_PERIOD_S = 10.0  # the portal's default RECLAIMNET_CONTROL_PERIOD_S
 
 
 def _admin(url: str, sql: str) -> None:
@@ -59,6 +61,7 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
     from django.utils import timezone
 
     from portal.control import ticks as control_ticks
+    from portal.control.estimates import EstimatorCache
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     call_command("migrate", verbosity=0)
@@ -76,12 +79,17 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
         counted[0] += 1
         return execute(sql, params, many, context)
 
+    start = timezone.now()
+    estimators = EstimatorCache()  # the worker process's copy, as the Celery task keeps it
     for k in range(3 + ticks):
-        tickcampus.agents_report(timezone.now(), rng)
+        # The default control period on an injected clock: each tick sees 10 s of heartbeats and samples, and
+        # every sixth writes the hazard profiles and stores the estimators' snapshot, as the portal would.
+        now = start + dt.timedelta(seconds=CONTROL_PERIOD_S * k)
+        tickcampus.agents_report(now, rng)
         counted[0] = 0
         with connection.execute_wrapper(count):
             t0 = time.perf_counter()
-            control_ticks.control_tick()
+            control_ticks.control_tick(now, estimators)
             elapsed_ms = 1000 * (time.perf_counter() - t0)
         if k >= 3:
             times_ms.append(elapsed_ms)
@@ -90,9 +98,10 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
         import cProfile
         import pstats
 
-        tickcampus.agents_report(timezone.now(), rng)
+        now = start + dt.timedelta(seconds=CONTROL_PERIOD_S * (3 + ticks))
+        tickcampus.agents_report(now, rng)
         profiler = cProfile.Profile()
-        profiler.runcall(control_ticks.control_tick)
+        profiler.runcall(control_ticks.control_tick, now, estimators)
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(35)
     return {"size": size, "build_s": build_s, "built": built.__dict__, "median_ms": statistics.median(times_ms),
             "min_ms": min(times_ms), "max_ms": max(times_ms), "queries": int(statistics.median(queries)),

@@ -20,6 +20,7 @@ import time
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from portal.control.estimates import EstimatorCache
 from portal.control.ticks import control_tick
 from portal.core import idempotency, outbox
 
@@ -28,31 +29,34 @@ log = logging.getLogger(__name__)
 RELAY_POLL_S = 0.5
 RELAY_BATCH = 5
 
+# The loops this process runs (started once, on the first agent connection): the one piece of process state
+# here, and it holds no data — everything the loops act on is in the database.
 _tasks: list[asyncio.Task[None]] = []
 
 
 async def _tick_loop(period_s: float) -> None:
+    estimators = EstimatorCache()  # this loop's copy of the estimator state (design §9.5)
     while True:
         try:
-            await database_sync_to_async(control_tick)()
+            await database_sync_to_async(control_tick)(estimators=estimators)
         except Exception:  # one bad tick must not stop the loop; the next one re-reads everything
             log.exception("control tick failed")
         await asyncio.sleep(period_s)
 
 
 PRUNE_EVERY_S = 600.0
-_last_prune = 0.0
 
 
 def _relay_batch() -> int:
-    global _last_prune
     # Small batches: urgent rows queued meanwhile are claimed next, and a shutdown waits for a few tasks only.
     sent, _ = outbox.relay_once(outbox.run_in_process, limit=RELAY_BATCH)
-    if time.monotonic() - _last_prune > PRUNE_EVERY_S:  # rows sent a day ago, expired idempotency keys
-        outbox.prune_sent()
-        idempotency.prune_expired()
-        _last_prune = time.monotonic()
     return sent
+
+
+def _prune() -> None:
+    """Rows sent a day ago, expired idempotency keys."""
+    outbox.prune_sent()
+    idempotency.prune_expired()
 
 
 async def _relay_loop() -> None:
@@ -64,6 +68,7 @@ async def _relay_loop() -> None:
             loop.call_soon_threadsafe(wake.set)
 
     remove_listener = outbox.add_wake_listener(on_commit)
+    pruned_at = -PRUNE_EVERY_S
     try:
         while True:
             with contextlib.suppress(TimeoutError):
@@ -72,6 +77,9 @@ async def _relay_loop() -> None:
             try:
                 while await database_sync_to_async(_relay_batch)():
                     pass  # tasks may queue more work: relay until nothing is due
+                if time.monotonic() - pruned_at > PRUNE_EVERY_S:
+                    await database_sync_to_async(_prune)()
+                    pruned_at = time.monotonic()
             except Exception:
                 log.exception("outbox relay failed")
     finally:

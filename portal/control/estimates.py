@@ -26,9 +26,11 @@ Written from the state (the campus read model reads these tables):
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import io
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from django.db import connection, transaction
@@ -67,6 +69,12 @@ def clock_s(when: dt.datetime) -> float:
     return local.replace(tzinfo=dt.UTC).timestamp()
 
 
+def clock_offset_s(when: dt.datetime) -> float:
+    """``clock_s(t) − t.timestamp()`` near ``when`` (the zone's UTC offset; one call per batch of records)."""
+    offset = timezone.localtime(when).utcoffset()
+    return offset.total_seconds() if offset is not None else 0.0
+
+
 def from_clock_s(seconds: float) -> dt.datetime:
     naive = dt.datetime.fromtimestamp(seconds, tz=dt.UTC).replace(tzinfo=None)
     return timezone.make_aware(naive, timezone.get_current_timezone())
@@ -85,6 +93,10 @@ class EstimatorState:
     written_upper: np.ndarray  # (n, 24) λ⁺ as last written (NaN: never)
     written_link_lower: np.ndarray  # per link, B⁻ as last written (NaN: never)
     hazard_written_s: float = -math.inf
+
+    @property
+    def layout_digest(self) -> str:
+        return layout_digest(self.nodes, self.links)
 
     @property
     def node_index(self) -> dict[int, int]:
@@ -129,6 +141,21 @@ class EstimatorState:
         state.written_link_lower = arrays["written_link_lower"]
         state.until_s, state.hazard_written_s = (float(x) for x in arrays["clock"])
         return state
+
+
+@dataclass
+class EstimatorCache:
+    """A process's copy of the state it last computed (the Celery task and the embedded loop each keep one).
+
+    Only a shortcut: a copy at ``until`` replayed to now is exactly what the stored snapshot replayed to now
+    would give, so a worker that ran the previous tick replays seconds of records instead of loading the
+    snapshot, and a fresh process (or one whose copy no longer matches the campus) loads the snapshot."""
+
+    state: EstimatorState | None = field(default=None)
+
+
+def layout_digest(nodes: list[list[int]], links: list[list[float]]) -> str:
+    return hashlib.sha256(json.dumps([nodes, links]).encode()).hexdigest()
 
 
 def campus_layout() -> tuple[list[list[int]], list[list[float]]]:
@@ -184,8 +211,10 @@ def _advance_bandwidth(state: EstimatorState, t0_s: float, t1_s: float) -> None:
     index = state.link_index
     if not index:
         return
-    rows = [(index[link_id], clock_s(at), used) for link_id, at, used in BandwidthSample.objects.filter(
-        sampled_at__gt=from_clock_s(t0_s), sampled_at__lte=from_clock_s(t1_s)).values_list(
+    upto = from_clock_s(t1_s)
+    offset_s = clock_offset_s(upto)
+    rows = [(index[link_id], at.timestamp() + offset_s, used) for link_id, at, used in BandwidthSample.objects.filter(
+        sampled_at__gt=from_clock_s(t0_s), sampled_at__lte=upto).values_list(
         "link_id", "sampled_at", "bytes_per_s") if link_id in index]
     if not rows:
         return
@@ -209,23 +238,32 @@ def rebuild(nodes: list[list[int]], links: list[list[float]], until_s: float) ->
     return state
 
 
-def current_state(now: dt.datetime) -> tuple[EstimatorState, EstimatorSnapshot | None, list[int], bool]:
-    """The state at ``now − SETTLE_S``: the snapshot replayed forward, or rebuilt. Returns (state, the snapshot
-    it came from, departed node indices since that snapshot, rebuilt)."""
+def current_state(now: dt.datetime, mine: EstimatorState | None = None
+                  ) -> tuple[EstimatorState, dict[str, object] | None, list[int], bool]:
+    """The state at ``now − SETTLE_S``: the process's copy ``mine`` or the stored snapshot replayed forward, or
+    rebuilt.
+    Returns (state, the stored snapshot's ``until``/``hazard_written_at``, departed node indices since the state
+    was last advanced, rebuilt)."""
     horizon_s = clock_s(now) - SETTLE_S
     nodes, links = campus_layout()
-    snapshot = EstimatorSnapshot.objects.filter(key=SNAPSHOT_KEY).first()
-    if snapshot is not None and snapshot.nodes == nodes and snapshot.links == links:
-        state = EstimatorState.from_snapshot(snapshot)
+    digest = layout_digest(nodes, links)
+    stored = EstimatorSnapshot.objects.filter(key=SNAPSHOT_KEY).values("until", "hazard_written_at",
+                                                                        "layout_digest").first()
+    if mine is not None and mine.layout_digest == digest and mine.until_s <= horizon_s:
+        if stored is not None and stored["hazard_written_at"] is not None:  # another worker may have written
+            mine.hazard_written_s = max(mine.hazard_written_s, clock_s(stored["hazard_written_at"]))
+        return mine, stored, advance(mine, horizon_s), False
+    if stored is not None and stored["layout_digest"] == digest:
+        state = EstimatorState.from_snapshot(EstimatorSnapshot.objects.get(key=SNAPSHOT_KEY))
         if state.until_s <= horizon_s:
-            return state, snapshot, advance(state, horizon_s), False
-    state = rebuild(nodes, links, horizon_s)
-    return state, snapshot, [], True
+            return state, stored, advance(state, horizon_s), False
+    return rebuild(nodes, links, horizon_s), stored, [], True
 
 
 def save(state: EstimatorState) -> None:
     EstimatorSnapshot.objects.update_or_create(key=SNAPSHOT_KEY, defaults={
         "until": from_clock_s(state.until_s), "nodes": state.nodes, "links": state.links,
+        "layout_digest": state.layout_digest,
         "arrays": state.to_blob(),
         "hazard_written_at": from_clock_s(state.hazard_written_s) if math.isfinite(state.hazard_written_s) else None})
 
@@ -356,15 +394,22 @@ def write_level_profile(scope: str, hazard_per_s: list[float], upper_per_s: list
                             hazard_upper_per_s=float(upper_per_s[h])) for h in range(24)])
 
 
-def update_estimates(now: dt.datetime | None = None) -> dict[str, int]:
-    """Called by the control tick (which runs one at a time): bring the shared state up to ``now − SETTLE_S``,
-    write what moved, store the state when it is due."""
+def update_estimates(now: dt.datetime | None = None, cache: EstimatorCache | None = None) -> dict[str, int]:
+    """Called by the control tick (which runs one at a time): bring the state up to ``now − SETTLE_S``, write
+    what moved, and store the state when the stored one is older than ESTIMATOR_SNAPSHOT_PERIOD_S or the
+    hazard profiles were rewritten on their period (a departure's urgent rows do not wait for a save)."""
     now = now or timezone.now()
+    held = cache.state if cache is not None else None
+    if cache is not None:
+        cache.state = None  # given back below only if this call succeeds
     with transaction.atomic():
-        state, snapshot, departed, rebuilt = current_state(now)
+        state, stored, departed, rebuilt = current_state(now, held)
         links = write_links(state)
+        periodic = state.until_s - state.hazard_written_s >= HAZARD_WRITE_PERIOD_S
         wrote = write_hazard(state, departed)
-        stale = snapshot is None or state.until_s - clock_s(snapshot.until) >= rn("ESTIMATOR_SNAPSHOT_PERIOD_S")
-        if rebuilt or wrote or stale:
+        stale = stored is None or state.until_s - clock_s(stored["until"]) >= rn("ESTIMATOR_SNAPSHOT_PERIOD_S")
+        if rebuilt or stale or (wrote and periodic):
             save(state)
+    if cache is not None:
+        cache.state = state
     return {"links": links, "hazard_written": int(wrote), "rebuilt": int(rebuilt)}

@@ -154,6 +154,7 @@ class EstimatorSnapshot(models.Model):
     until = models.DateTimeField()
     nodes = models.JSONField(default=list, help_text="[[node pk, provider pk], ...] in array order")
     links = models.JSONField(default=list, help_text="[[link pk, capacity], ...] in array order")
+    layout_digest = models.CharField(max_length=64, default="", help_text="sha256 of nodes and links")
     arrays = models.BinaryField()
     hazard_written_at = models.DateTimeField(null=True, blank=True)
     saved_at = models.DateTimeField(auto_now=True)

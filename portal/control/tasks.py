@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 
+import celery
 from celery import shared_task
 from django.db import OperationalError, transaction
 
 from portal.control import commands, ticks, workflow
 from portal.control import reclaims as reclaim_flow
+from portal.control.estimates import EstimatorCache
 from portal.control.state import lock_allocation
 from portal.core.lifecycle.base import ConcurrentTransition
 from portal.core.lifecycle.jobs import JobState
@@ -32,10 +34,17 @@ RETRY = {
 }
 
 
-@shared_task(name="control.tick", ignore_result=True, **RETRY)
-def control_tick() -> dict[str, int]:
-    """Every control period (beat): lost heartbeats, deadlines, P1 intervals, placement, releases."""
-    return ticks.control_tick()
+class ControlTick(celery.Task):
+    """The tick's task class: each worker process keeps its copy of the estimator state on its task instance
+    (a shortcut only, design §9.5: a process without one loads the stored snapshot)."""
+
+    estimators = EstimatorCache()
+
+
+@shared_task(name="control.tick", ignore_result=True, bind=True, base=ControlTick, **RETRY)
+def control_tick(self: ControlTick) -> dict[str, int]:
+    """Every control period (beat): estimators, lost heartbeats, deadlines, P1 intervals, placement, releases."""
+    return ticks.control_tick(estimators=self.estimators)
 
 
 @shared_task(name=Task.PLACE_JOB, ignore_result=True, **RETRY)

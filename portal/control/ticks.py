@@ -15,7 +15,7 @@ from django.utils import timezone
 from portal.control import commands
 from portal.control import lifecycle as migration_lifecycle
 from portal.control.config import rn
-from portal.control.estimates import update_estimates
+from portal.control.estimates import EstimatorCache, update_estimates
 from portal.control.lifecycle import START_TIMEOUT_S
 from portal.control.models import (
     MigrationPhase,
@@ -321,8 +321,9 @@ def presync(checkpoint_id: int) -> str:
         return "issued" if transfer is not None else "holder unreachable"
 
 
-def control_tick(now: dt.datetime | None = None) -> dict[str, int]:
-    """One control period: heartbeats, deadlines, P1, placement, releases (one tick at a time on PostgreSQL)."""
+def control_tick(now: dt.datetime | None = None, estimators: EstimatorCache | None = None) -> dict[str, int]:
+    """One control period: estimators, heartbeats, deadlines, P1, placement, releases (one tick at a time on
+    PostgreSQL). ``estimators``: the caller's copy of the estimator state (design §9.5), if it keeps one."""
     locked = True
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
@@ -331,7 +332,7 @@ def control_tick(now: dt.datetime | None = None) -> dict[str, int]:
         if not locked:
             return {"skipped": 1}
     try:
-        update_estimates(now)
+        update_estimates(now, estimators)
         lost = detect_lost_heartbeats()
         enforce_due_deadlines()
         expired = expire_transfers()

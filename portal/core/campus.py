@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from django.db import connection
 from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
@@ -148,13 +149,18 @@ def lendable_gpus_by_node(node_pks: Iterable[int]) -> dict[int, int]:
 
 def most_gpus_free_on_a_lent_node() -> int:
     """An upper bound on what any one placement could get now: the most lendable GPUs not held by an open
-    placement on any lent node (liveness and reservations only lower it). Two grouped queries, so the tick
+    placement on any lent node (liveness and reservations only lower it). One aggregate statement, so the tick
     can skip loading the campus when the queue holds nothing that small."""
-    held = dict(Placement.objects.filter(ended_at__isnull=True, node__in=lent_nodes()).values("node_id")
-                .annotate(n=Sum("job__gpu_count")).values_list("node_id", "n"))
-    return max((Node.lendable_of(n, floor) - int(held.get(node_id) or 0) for node_id, floor, n in
-                Gpu.objects.filter(node__in=lent_nodes()).values("node_id", "node__gpu_floor")
-                .annotate(n=Count("pk")).values_list("node_id", "node__gpu_floor", "n")), default=0)
+    node, gpu, placement, job = (m._meta.db_table for m in (Node, Gpu, Placement, Job))
+    sql = (f'SELECT MAX(g.n - n.gpu_floor - COALESCE(h.held, 0)) FROM "{node}" n '
+           f'JOIN (SELECT node_id, COUNT(*) AS n FROM "{gpu}" GROUP BY node_id) g ON g.node_id = n.id '
+           f'LEFT JOIN (SELECT p.node_id, SUM(j.gpu_count) AS held FROM "{placement}" p JOIN "{job}" j '
+           f'ON j.id = p.job_id WHERE p.ended_at IS NULL GROUP BY p.node_id) h ON h.node_id = n.id '
+           f"WHERE n.state = %s AND NOT n.killswitch_engaged")
+    with connection.cursor() as cur:
+        cur.execute(sql, [NodeState.ONLINE])
+        best = cur.fetchone()[0]
+    return max(0, int(best or 0))
 
 
 def busy_gpus_on_lent_nodes() -> int:

@@ -8,6 +8,7 @@ Django's query capture. The counts must be equal: a per-node or per-job query an
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import random
 import sys
@@ -39,19 +40,24 @@ class _Undo(Exception):  # noqa: N818
 
 def _steady_tick_statements(n_nodes: int) -> tuple[int, list[str]]:
     from portal.control import ticks
+    from portal.control.estimates import EstimatorCache
 
     tickcampus = _tickcampus()
+    estimators = EstimatorCache()
     rng = random.Random(n_nodes)
     try:
         with transaction.atomic():
             built = tickcampus.build(n_nodes, samples_per_link=5)
             assert built.running_jobs > n_nodes  # ~80 % of the GPUs are busy
-            for _ in range(3):
-                tickcampus.agents_report(timezone.now(), rng)
-                ticks.control_tick()
-            tickcampus.agents_report(timezone.now(), rng)
+            start = timezone.now()
+            for k in range(3):  # control periods of 10 s on an injected clock: every tick sees new samples
+                now = start + dt.timedelta(seconds=10 * k)
+                tickcampus.agents_report(now, rng)
+                ticks.control_tick(now, estimators)
+            now = start + dt.timedelta(seconds=30)
+            tickcampus.agents_report(now, rng)
             with CaptureQueriesContext(connection) as captured:
-                ticks.control_tick()
+                ticks.control_tick(now, estimators)
             raise _Undo(len(captured.captured_queries), [q["sql"][:120] for q in captured.captured_queries])
     except _Undo as done:
         return done.args[0], done.args[1]
