@@ -1,6 +1,6 @@
 """The node agent: websocket to the portal, heartbeats, job runner, checkpoint data plane (design §1-§4).
 
-Messages are JSON objects with a ``type``; the portal's side of the protocol is ``portal/control/protocol.py``.
+Messages are JSON objects with a ``type``; the portal's side of the protocol is ``portal/control/link/protocol.py``.
 Events that must not be lost (checkpoint done, job exited, transfer results) wait in an outbox while the
 websocket is down and are flushed on reconnect; heartbeats are not queued.
 """

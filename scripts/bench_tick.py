@@ -2,7 +2,7 @@
 
 Each size gets a fresh database (``<name>_bench_tick``) filled by ``scripts/tickcampus.py``: jobs on ~80 % of the
 lendable GPUs, a week of departures, a day of bandwidth samples at one a minute per access link (COPY). Then
-``portal.control.ticks.control_tick`` runs as the portal runs it — estimators, lost heartbeats, deadlines,
+``portal.control.loop.ticks.control_tick`` runs as the portal runs it — estimators, lost heartbeats, deadlines,
 expired transfers, P1 for every running job, expired starts, placement of the queue, releases — 3 times to
 warm up and 20 times measured, 10 s apart on an injected clock (the default control period), with the agents'
 heartbeats and one bandwidth sample per link written between ticks (not timed). Printed per size: the median and spread of the tick and its SQL statement count; the last
@@ -60,8 +60,8 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
     from django.db import connection
     from django.utils import timezone
 
-    from portal.control import ticks as control_ticks
-    from portal.control.estimates import EstimatorCache
+    from portal.control.loop import ticks as control_ticks
+    from portal.control.loop.estimates import EstimatorCache
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     call_command("migrate", verbosity=0)

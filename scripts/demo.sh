@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`: the product on the embedded default — SQLite, in-memory channel layer, Celery tasks in-process,
-# the control loop as an asyncio task inside daphne (portal/control/embedded.py), and a few simulated agents
+# the control loop as an asyncio task inside daphne (portal/control/loop/embedded.py), and a few simulated agents
 # (the real agent code with simulated GPUs, running a small numpy training job) so reclaim shows a migration.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -114,7 +114,7 @@ class MigrationWork(models.Model):
     transferred_at = models.DateTimeField(null=True, blank=True)
     resumed_at = models.DateTimeField(null=True, blank=True)
     detail = models.CharField(max_length=300, blank=True, default="")
-    # Kept by portal.control.lifecycle on every move: when the phase began, by when it should be left (None:
+    # Kept by portal.control.reclaim.lifecycle on every move: when the phase began, by when it should be left (None:
     # another deadline governs it, e.g. the reclaim's or the transfer token's), and how often it was re-entered.
     phase_entered_at = models.DateTimeField(null=True, blank=True)
     phase_deadline_at = models.DateTimeField(null=True, blank=True)
@@ -172,7 +172,7 @@ class ReclaimPhase(models.TextChoices):
 
 
 class ReclaimWork(models.Model):
-    """The control plane's progress on one reclaim, moved only by ``portal.control.lifecycle`` (each move a
+    """The control plane's progress on one reclaim, moved only by ``portal.control.reclaim.lifecycle`` (each move a
     conditional UPDATE, so a redelivered task or a concurrent tick never does a step twice)."""
 
     reclaim = models.OneToOneField("core.ReclaimEvent", on_delete=models.CASCADE, related_name="work")

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from portal.control.consumers import AgentConsumer
+from portal.control.link.consumers import AgentConsumer
 
 websocket_urlpatterns: list[URLPattern] = [path("ws/agent/", AgentConsumer.as_asgi())]

@@ -13,9 +13,11 @@ import celery
 from celery import shared_task
 from django.db import OperationalError, transaction
 
-from portal.control import commands, ticks, workflow
-from portal.control import reclaims as reclaim_flow
-from portal.control.estimates import EstimatorCache
+from portal.control.link import commands
+from portal.control.loop import ticks
+from portal.control.loop.estimates import EstimatorCache
+from portal.control.reclaim import apply as reclaim_flow
+from portal.control.reclaim import workflow
 from portal.control.state import lock_allocation
 from portal.core.lifecycle.base import ConcurrentTransition
 from portal.core.lifecycle.jobs import JobState

@@ -14,7 +14,7 @@ dashboard, the summary API and ``/metrics`` — reads these functions, so they c
 - :func:`load` — the whole snapshot a decision needs (:class:`Campus`): tree, link bandwidths, free GPUs of
   lent nodes with a live agent, hardware, hazard; :meth:`Campus.feasible` is a job's feasible nodes.
 
-Nothing here writes. The estimator (``portal.control.estimates``) is the only writer of the estimates.
+Nothing here writes. The estimator (``portal.control.loop.estimates``) is the only writer of the estimates.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Who relays:
 
 - production (``REDIS_URL`` set): the Celery beat process (``portal.beat.RelayingScheduler``) publishes to the
   broker; it wakes on PostgreSQL ``NOTIFY`` as soon as a row commits and polls as a fallback;
-- embedded default: the in-process control loop (``portal.control.embedded``) runs the task bodies itself;
+- embedded default: the in-process control loop (``portal.control.loop.embedded``) runs the task bodies itself;
 - ``RECLAIMNET_OUTBOX_RELAY = "inline"`` (tests that exercise control logic): the committing thread relays
   right after commit.
 

@@ -46,7 +46,7 @@ def hosted_jobs_for(user: User) -> QuerySet[Job]:
 
 
 def live_groups_for(user: User) -> list[str]:
-    """The Channels groups a browser of this user joins when it connects (portal/control/publish.py names)."""
+    """The Channels groups a browser of this user joins when it connects (portal/control/link/publish.py names)."""
     if not user.is_authenticated:
         return []
     groups = [f"provider-{pk}" for pk in user_providers(user).values_list("pk", flat=True)]

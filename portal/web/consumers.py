@@ -3,7 +3,7 @@
 1. ``connect``: the session user (AuthMiddlewareStack) must be logged in, else the socket is closed (4401).
 2. It joins only the groups the user may see (its labs, its research groups, ``dashboard`` for admins).
 3. A page may ask to follow one object: ``{"follow": ["job-12", "node-3"]}``; each is checked again.
-4. Each ``live.event`` from ``portal.control.publish`` is sent on as JSON; the page's script decides which
+4. Each ``live.event`` from ``portal.control.link.publish`` is sent on as JSON; the page's script decides which
    htmx fragments to reload (the database stays the source of truth: events carry ids, not state).
 """
 

@@ -22,7 +22,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from portal.control.estimates import write_level_profile
+from portal.control.loop.estimates import write_level_profile
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.nodes import NodeState

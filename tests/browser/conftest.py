@@ -191,11 +191,11 @@ def screenshot(request: pytest.FixtureRequest) -> Callable[[Any, str], Path]:
 
 
 def publish_live(groups: list[str], event: str, **fields: Any) -> None:
-    """``portal.control.publish.publish`` from a worker thread: Playwright's sync API keeps an event loop
+    """``portal.control.link.publish.publish`` from a worker thread: Playwright's sync API keeps an event loop
     running in the test thread, where ``async_to_sync`` refuses to run."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from portal.control.publish import publish
+    from portal.control.link.publish import publish
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         pool.submit(publish, groups, event, **fields).result(timeout=10)

@@ -20,7 +20,7 @@ def _later(seconds: float) -> dt.datetime:
 def test_bandwidth_samples_and_departures_update_estimates() -> None:
     from django.utils import timezone
 
-    from portal.control import estimates
+    from portal.control.loop import estimates
     from portal.core.lifecycle import nodes as node_lifecycle
     from portal.core.models import BandwidthSample, HazardEstimate, HazardScope, LinkEstimate, ReclaimEvent
 
@@ -51,7 +51,7 @@ def test_exposure_is_counted_from_the_availability_record() -> None:
     tick looks: lent 4 h, 2 h and never, whatever the nodes' states now."""
     from django.utils import timezone
 
-    from portal.control import estimates
+    from portal.control.loop import estimates
     from portal.core.models import NodeAvailability
 
     long, _ = make_node("long-lent")
@@ -74,7 +74,7 @@ def test_replaying_in_pieces_equals_replaying_at_once() -> None:
     """Cut the same hour of records into ticks of any length: the state comes out the same."""
     from django.utils import timezone
 
-    from portal.control import estimates
+    from portal.control.loop import estimates
     from portal.core.lifecycle import nodes as node_lifecycle
     from portal.core.models import BandwidthSample, NodeAvailability, ReclaimEvent
 

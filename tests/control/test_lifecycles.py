@@ -11,7 +11,6 @@ import pytest
 from control_helpers import make_node, make_running_job
 from django.utils import timezone
 
-from portal.control import lifecycle
 from portal.control.models import (
     MigrationPhase,
     MigrationWork,
@@ -23,6 +22,7 @@ from portal.control.models import (
     hash_transfer_token,
     new_transfer_token,
 )
+from portal.control.reclaim import lifecycle
 from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
 from portal.core.lifecycle.base import claim_transition
 from portal.core.models import Checkpoint, Migration, MigrationMode

@@ -96,7 +96,7 @@ async def test_set_rate_for_an_unknown_or_invalid_transfer_is_ignored() -> None:
 def test_set_rate_command_fields_are_validated() -> None:
     import uuid
 
-    from portal.control.protocol import ProtocolError, set_rate_fields
+    from portal.control.link.protocol import ProtocolError, set_rate_fields
 
     tid, did = str(uuid.uuid4()), str(uuid.uuid4())
     assert set_rate_fields(tid, 5, did) == {"transfer_id": tid, "rate_bytes_per_s": 5.0, "decision_id": did}

@@ -170,7 +170,7 @@ async def test_transfer_from_the_wrong_node_is_refused() -> None:
 async def test_lost_heartbeat_is_detected_by_the_tick() -> None:
     from django.utils import timezone
 
-    from portal.control import ticks
+    from portal.control.loop import ticks
 
     ticks._started_monotonic = -1e9  # past the start-up grace period
 
@@ -265,7 +265,7 @@ async def test_destination_lost_mid_transfer_falls_back_instead_of_waiting_forev
     transfer, so losing the node fails it and the job resumes from the replica elsewhere."""
     from django.utils import timezone
 
-    from portal.control import ticks
+    from portal.control.loop import ticks
     from portal.control.models import Transfer
     from portal.control.tasks import control_tick
     from portal.core.models import Migration, Node
@@ -300,7 +300,7 @@ async def test_destination_lost_mid_transfer_falls_back_instead_of_waiting_forev
 async def test_killswitch_fires_at_the_deadline_even_if_recovery_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """The provider wins whatever happened: a recovery that raises (and rolls back, to be retried) must not
     take the deadline's kill-switch down with it."""
-    from portal.control import reclaims
+    from portal.control.reclaim import apply as reclaims
     from portal.core.models import ReclaimEvent
     from portal.core.services.reclaims import request_reclaim
 

@@ -39,8 +39,8 @@ class _Undo(Exception):  # noqa: N818
 
 
 def _steady_tick_statements(n_nodes: int) -> tuple[int, list[str]]:
-    from portal.control import ticks
-    from portal.control.estimates import EstimatorCache
+    from portal.control.loop import ticks
+    from portal.control.loop.estimates import EstimatorCache
 
     tickcampus = _tickcampus()
     estimators = EstimatorCache()
@@ -64,7 +64,7 @@ def _steady_tick_statements(n_nodes: int) -> tuple[int, list[str]]:
 
 
 def test_the_tick_issues_as_many_statements_at_200_nodes_as_at_50(monkeypatch: pytest.MonkeyPatch) -> None:
-    from portal.control import ticks
+    from portal.control.loop import ticks
 
     monkeypatch.setattr(ticks, "_started_monotonic", float("-inf"))  # long past the restart grace
     small, small_sql = _steady_tick_statements(50)

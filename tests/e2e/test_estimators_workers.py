@@ -76,7 +76,7 @@ def _reap(pids: list[int], timeout_s: float = 10.0) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_shared_estimates_equal_one_uninterrupted_process(django_db_blocker: Any) -> None:
-    from portal.control import estimates
+    from portal.control.loop import estimates
     from portal.control.models import EstimatorSnapshot
     from portal.core.lifecycle import nodes as node_lifecycle
     from portal.core.models import Node, NodeAvailability

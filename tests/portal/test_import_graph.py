@@ -119,8 +119,8 @@ def test_the_loop_finder_finds_loops() -> None:
 
 def test_the_graph_sees_the_imports_it_should() -> None:
     graph = _graph()
-    assert "portal.control.plan" in graph["portal.control.reclaims"]
-    assert "portal.core.campus" in graph["portal.control.plan"]
+    assert "portal.control.reclaim.plan" in graph["portal.control.reclaim.apply"]
+    assert "portal.core.campus" in graph["portal.control.reclaim.plan"]
     assert "portal.core.models" in graph["portal.core.campus"]
 
 

@@ -113,7 +113,7 @@ def test_the_control_tick_is_single_flight_across_workers() -> None:
         pytest.skip("advisory locks need PostgreSQL")
     import psycopg
 
-    from portal.control.ticks import TICK_LOCK_KEY, control_tick
+    from portal.control.loop.ticks import TICK_LOCK_KEY, control_tick
 
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)

@@ -18,9 +18,9 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from portal.control import reclaims as reclaim_flow
 from portal.control.models import MigrationPhase, MigrationWork
-from portal.control.plan import preview
+from portal.control.reclaim import apply as reclaim_flow
+from portal.control.reclaim.plan import preview
 from portal.core.lifecycle.jobs import JobState
 from portal.core.models import (
     Checkpoint,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from portal.control.plan import preview
+from portal.control.reclaim.plan import preview
 from portal.core.campus import topology
 from portal.core.models import HazardEstimate, HazardScope, LinkEstimate
 from tests.portal import factories as f

@@ -13,7 +13,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.control.plan import preview as preview_reclaim
+from portal.control.reclaim.plan import preview as preview_reclaim
 from portal.core import permissions
 from portal.core.api import serializers as s
 from portal.core.api.idempotency import PARAMETER as IDEMPOTENCY_KEY

@@ -57,7 +57,7 @@ Conventions for every function below:
     GPU_CATALOGUE: dict[str, GpuSpec]                canonical model name -> GpuSpec(vram_gb, capability)
     lookup_gpu(model) -> GpuSpec | None              tolerant of "NVIDIA GeForce RTX 3090", "A100-SXM4-80GB"
 
-``portal.control.plan`` (design §9.2 plan, then apply; the preview is the planner's answer, writing nothing)
+``portal.control.reclaim.plan`` (design §9.2 plan, then apply; the preview is the planner's answer, writing nothing)
     preview(node, notice_s) -> dict                  per job: outcome, destination, expected loss; the
                                                      shortest loss-free notice.
 ``portal.core.campus`` (design §9.1 the campus read model)

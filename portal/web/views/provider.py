@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from portal.control.plan import preview as preview_reclaim
+from portal.control.reclaim.plan import preview as preview_reclaim
 from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
 from portal.core.models import Checkpoint, Node, Placement, ReclaimEvent
 from portal.core.services import nodes as node_services

@@ -106,7 +106,7 @@ class KillswitchEngaged(TypedDict):
     t: float
 
 
-# --- portal → agent (built in portal.control.commands) --------------------------------------------------------
+# --- portal → agent (built in portal.control.link.commands) --------------------------------------------------------
 class Welcome(TypedDict):
     type: Literal["welcome"]
     node_id: int

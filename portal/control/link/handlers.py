@@ -19,17 +19,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from portal.control import commands, lifecycle
-from portal.control.models import (
-    AgentSession,
-    MigrationPhase,
-    MigrationWork,
-    RejectedMessage,
-    Transfer,
-    TransferPurpose,
-    TransferState,
-)
-from portal.control.protocol import (
+from portal.control.link import commands
+from portal.control.link.protocol import (
     CheckpointDone,
     Heartbeat,
     Hello,
@@ -40,7 +31,17 @@ from portal.control.protocol import (
     TransferSent,
     Welcome,
 )
-from portal.control.workflow import (
+from portal.control.models import (
+    AgentSession,
+    MigrationPhase,
+    MigrationWork,
+    RejectedMessage,
+    Transfer,
+    TransferPurpose,
+    TransferState,
+)
+from portal.control.reclaim import lifecycle
+from portal.control.reclaim.workflow import (
     close_placement,
     finish_started,
     job_groups,

@@ -12,11 +12,9 @@ from django.db import connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from portal.control import commands
-from portal.control import lifecycle as migration_lifecycle
 from portal.control.config import rn
-from portal.control.estimates import EstimatorCache, update_estimates
-from portal.control.lifecycle import START_TIMEOUT_S
+from portal.control.link import commands
+from portal.control.loop.estimates import EstimatorCache, update_estimates
 from portal.control.models import (
     MigrationPhase,
     MigrationWork,
@@ -24,10 +22,17 @@ from portal.control.models import (
     TransferPurpose,
     TransferState,
 )
-from portal.control.plan import recovery_rate
-from portal.control.reclaims import draining_reclaims, enforce_deadline, expire_transfers, node_lost, release
-from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
-from portal.control.workflow import (
+from portal.control.reclaim import lifecycle as migration_lifecycle
+from portal.control.reclaim.apply import (
+    draining_reclaims,
+    enforce_deadline,
+    expire_transfers,
+    node_lost,
+    release,
+)
+from portal.control.reclaim.lifecycle import START_TIMEOUT_S
+from portal.control.reclaim.plan import recovery_rate
+from portal.control.reclaim.workflow import (
     issue_transfer,
     log_decision,
     resume_from,
@@ -35,6 +40,7 @@ from portal.control.workflow import (
     start_on,
     to_waiting,
 )
+from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.core import campus as campus_model
 from portal.core.bulk import update_columns
 from portal.core.campus import (

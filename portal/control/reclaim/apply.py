@@ -1,6 +1,6 @@
 """Reclaim workflows (design §1 warn → drain → force; §3 P2; §4 P3): scheduled, emergency, kill-switch, lost node.
 
-Each entry point claims its step once by moving the reclaim's lifecycle (``portal.control.lifecycle``:
+Each entry point claims its step once by moving the reclaim's lifecycle (``portal.control.reclaim.lifecycle``:
 requested → planned | recovered | forced, planned → released | forced), so a redelivered Celery task or a
 concurrent tick does nothing twice, and moves nodes and jobs only through their lifecycles.
 """
@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.control import commands, lifecycle, protocol
+from portal.control.link import commands, protocol
 from portal.control.models import (
     MigrationPhase,
     MigrationWork,
@@ -22,9 +22,15 @@ from portal.control.models import (
     Transfer,
     TransferState,
 )
-from portal.control.plan import ACTIVE_PHASES, Outcome, ReclaimPlan, jobs_leaving, plan_reclaim
+from portal.control.reclaim import lifecycle
+from portal.control.reclaim.plan import ACTIVE_PHASES, Outcome, ReclaimPlan, jobs_leaving, plan_reclaim
+from portal.control.reclaim.workflow import (
+    job_groups,
+    log_decision,
+    publish_after_commit,
+    recover_from_replica,
+)
 from portal.control.state import load_campus
-from portal.control.workflow import job_groups, log_decision, publish_after_commit, recover_from_replica
 from portal.core import outbox
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
@@ -146,7 +152,7 @@ def expire_transfers() -> int:
 
 
 def _plan_scheduled(reclaim: ReclaimEvent, now: dt.datetime) -> str:
-    """Scheduled reclaim: plan (``portal.control.plan.plan_reclaim``, the preview's planner), then apply.
+    """Scheduled reclaim: plan (``portal.control.reclaim.plan.plan_reclaim``, the preview's planner), then apply.
 
     1. Warn the agent (it forces locally at the deadline whatever else happens); queue the deadline.
     2. Plan with τ = the time left to the deadline; log each job's P2 and the joint P3 decision.

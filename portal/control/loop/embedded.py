@@ -20,8 +20,8 @@ import time
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from portal.control.estimates import EstimatorCache
-from portal.control.ticks import control_tick
+from portal.control.loop.estimates import EstimatorCache
+from portal.control.loop.ticks import control_tick
 from portal.core import idempotency, outbox
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from portal.control import commands
-from portal.control import lifecycle as migration_lifecycle
+from portal.control.link import commands
+from portal.control.link.publish import publish
 from portal.control.models import (
     AgentSession,
     JobRuntime,
@@ -32,8 +32,8 @@ from portal.control.models import (
     hash_transfer_token,
     new_transfer_token,
 )
-from portal.control.plan import Recovery, plan_recovery
-from portal.control.publish import publish
+from portal.control.reclaim import lifecycle as migration_lifecycle
+from portal.control.reclaim.plan import Recovery, plan_recovery
 from portal.control.state import load_campus
 from portal.core.campus import Campus
 from portal.core.lifecycle import jobs as job_lifecycle
@@ -187,7 +187,7 @@ def to_waiting(work: MigrationWork, detail: str) -> None:
 def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None, reason: str,
                          work: MigrationWork | None = None, campus: Campus | None = None,
                          recovery: Recovery | None = None) -> MigrationWork:
-    """Apply a degraded recovery (design §3 emergency), planned by ``portal.control.plan.plan_recovery``.
+    """Apply a degraded recovery (design §3 emergency), planned by ``portal.control.reclaim.plan.plan_recovery``.
 
     1. Stop the job on the source (if still reachable), close its placement, move it to ``migrating``.
     2. Use ``recovery`` (a reclaim plan's) or plan one now: the freshest replica off the source, P2 from its

@@ -3,7 +3,7 @@
 Authentication: the node's agent token in ``Authorization: Bearer …`` (refused before the handshake completes:
 HTTP 403), or — for clients that cannot set headers — in the first message ``{"type": "hello", "token": …}``
 within :data:`AUTH_TIMEOUT_S` (refused with close code 4401). The consumer declares and translates; the work is
-in :mod:`portal.control.handlers`.
+in :mod:`portal.control.link.handlers`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import DatabaseError
 
-from portal.control import embedded, handlers
-from portal.control.commands import agent_group
-from portal.control.protocol import ProtocolError, decode, validate
+from portal.control.link import handlers
+from portal.control.link.commands import agent_group
+from portal.control.link.protocol import ProtocolError, decode, validate
+from portal.control.loop import embedded
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ what rate its final checkpoint may travel, by when, and what it costs —
   from its freshest checkpoint copied off the node (pre-sync), losing the work since that checkpoint;
 - ``from_scratch``: no checkpoint left the node: it restarts from the beginning.
 
-The provider's preview (web dialog and API) and the control plane's apply step (``portal.control.reclaims``)
+The provider's preview (web dialog and API) and the control plane's apply step (``portal.control.reclaim.apply``)
 call the same planner on the same state, so the dialog's promise is what the plan records; the shortest
 loss-free notice is found by searching that same planner (:func:`shortest_loss_free_notice_s`).
 """
