@@ -57,7 +57,7 @@ REBUILD_S = 7 * 86400.0  # a rebuild replays a week (the hour-of-day shape forge
 BANDWIDTH_REPLAY_S = 600.0  # 60 half-lives of the bandwidth EWMA: older samples weigh nothing
 HAZARD_WRITE_PERIOD_S = 60.0
 HAZARD_CHANGE = 0.10  # relative change of any hour's λ⁺ that makes a node's rows worth rewriting
-LINK_CHANGE = 0.02  # relative change of a link's B⁻ that makes its estimate worth rewriting
+LINK_CHANGE = 0.05  # relative change of a link's B⁻ that makes its estimate worth rewriting
 LOWER_FLOOR_FRACTION = 0.01  # never tell P2/P3 a link is dead from a noisy sample
 DEPARTURES = (ReclaimKind.EMERGENCY, ReclaimKind.KILLSWITCH, ReclaimKind.HEARTBEAT_LOST)
 SNAPSHOT_KEY = "campus"
@@ -93,6 +93,7 @@ class EstimatorState:
     written_upper: np.ndarray  # (n, 24) λ⁺ as last written (NaN: never)
     written_link_lower: np.ndarray  # per link, B⁻ as last written (NaN: never)
     hazard_written_s: float = -math.inf
+    fingerprint: tuple[float, ...] = ()  # layout_fingerprint() of the layout this state was built on
 
     @property
     def layout_digest(self) -> str:
@@ -156,6 +157,20 @@ class EstimatorCache:
 
 def layout_digest(nodes: list[list[int]], links: list[list[float]]) -> str:
     return hashlib.sha256(json.dumps([nodes, links]).encode()).hexdigest()
+
+
+def layout_fingerprint() -> tuple[float, ...]:
+    """A one-statement summary of the layout (counts and weighted sums of node, provider and link ids and
+    capacities): when it is what the process's copy was built on, the layout has not changed."""
+    node, link = Node._meta.db_table, Link._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(f'SELECT (SELECT COUNT(*) FROM "{node}"), (SELECT COALESCE(SUM(id), 0) FROM "{node}"), '
+                    f'(SELECT COALESCE(SUM(id * provider_id), 0) FROM "{node}"), '
+                    f'(SELECT COUNT(*) FROM "{link}" WHERE kind = %s), '
+                    f'(SELECT COALESCE(SUM(id), 0) FROM "{link}" WHERE kind = %s), '
+                    f'(SELECT COALESCE(SUM(id * capacity_bytes_per_s), 0) FROM "{link}" WHERE kind = %s)',
+                    [Link.Kind.ACCESS] * 3)
+        return tuple(float(x) for x in cur.fetchone())
 
 
 def campus_layout() -> tuple[list[list[int]], list[list[float]]]:
@@ -245,19 +260,22 @@ def current_state(now: dt.datetime, mine: EstimatorState | None = None
     Returns (state, the stored snapshot's ``until``/``hazard_written_at``, departed node indices since the state
     was last advanced, rebuilt)."""
     horizon_s = clock_s(now) - SETTLE_S
-    nodes, links = campus_layout()
-    digest = layout_digest(nodes, links)
+    fingerprint = layout_fingerprint()
     stored = EstimatorSnapshot.objects.filter(key=SNAPSHOT_KEY).values("until", "hazard_written_at",
                                                                         "layout_digest").first()
-    if mine is not None and mine.layout_digest == digest and mine.until_s <= horizon_s:
+    if mine is not None and mine.fingerprint == fingerprint and mine.until_s <= horizon_s:
         if stored is not None and stored["hazard_written_at"] is not None:  # another worker may have written
             mine.hazard_written_s = max(mine.hazard_written_s, clock_s(stored["hazard_written_at"]))
         return mine, stored, advance(mine, horizon_s), False
-    if stored is not None and stored["layout_digest"] == digest:
+    nodes, links = campus_layout()
+    if stored is not None and stored["layout_digest"] == layout_digest(nodes, links):
         state = EstimatorState.from_snapshot(EstimatorSnapshot.objects.get(key=SNAPSHOT_KEY))
         if state.until_s <= horizon_s:
+            state.fingerprint = fingerprint
             return state, stored, advance(state, horizon_s), False
-    return rebuild(nodes, links, horizon_s), stored, [], True
+    state = rebuild(nodes, links, horizon_s)
+    state.fingerprint = fingerprint
+    return state, stored, [], True
 
 
 def save(state: EstimatorState) -> None:
@@ -349,14 +367,24 @@ def _write_levels(state: EstimatorState, t_s: float) -> None:
     group_upper = state.hazard.group_hourly_profile_per_s(t_s, upper=True)
     campus = state.hazard.campus_hourly_profile_per_s(t_s)
     campus_upper = state.hazard.campus_hourly_profile_per_s(t_s, upper=True)
-    rows = [HazardEstimate(scope=HazardScope.PROVIDER, provider_id=provider, hour_of_day=h,
-                           hazard_per_s=float(group[g, h]), hazard_upper_per_s=float(group_upper[g, h]))
-            for g, provider in enumerate(providers) for h in range(24)]
-    rows += [HazardEstimate(scope=HazardScope.CAMPUS, hour_of_day=h, hazard_per_s=float(campus[h]),
-                            hazard_upper_per_s=float(campus_upper[h])) for h in range(24)]
+    scopes = [HazardScope.PROVIDER] * (24 * len(providers)) + [HazardScope.CAMPUS] * 24
+    owners: list[int | None] = [p for p in providers for _ in range(24)] + [None] * 24
+    hours = list(range(24)) * (len(providers) + 1)
+    values = [*group.ravel().tolist(), *campus.tolist()]
+    uppers = [*group_upper.ravel().tolist(), *campus_upper.tolist()]
     with transaction.atomic():
         HazardEstimate.objects.filter(scope__in=[HazardScope.PROVIDER, HazardScope.CAMPUS]).delete()
-        HazardEstimate.objects.bulk_create(rows, batch_size=2000)
+        if connection.vendor != "postgresql":
+            HazardEstimate.objects.bulk_create(
+                [HazardEstimate(scope=sc, provider_id=o, hour_of_day=h, hazard_per_s=v, hazard_upper_per_s=u)
+                 for sc, o, h, v, u in zip(scopes, owners, hours, values, uppers, strict=True)], batch_size=500)
+            return
+        table = HazardEstimate._meta.db_table
+        with connection.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {table} (scope, node_id, provider_id, hour_of_day, hazard_per_s, hazard_upper_per_s, "
+                "updated_at) SELECT s, NULL, p, h, v, u, now() FROM unnest(%s::text[], %s::bigint[], %s::int[], "
+                "%s::float8[], %s::float8[]) AS t(s, p, h, v, u)", [scopes, owners, hours, values, uppers])
 
 
 def _write_node_profiles(node_pks: list[int], profile: np.ndarray, upper: np.ndarray) -> None:

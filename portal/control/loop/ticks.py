@@ -18,6 +18,7 @@ from portal.control.loop.estimates import EstimatorCache, update_estimates
 from portal.control.models import (
     MigrationPhase,
     MigrationWork,
+    ReclaimPhase,
     Transfer,
     TransferPurpose,
     TransferState,
@@ -278,13 +279,14 @@ def expire_starts() -> None:
     """Starts the agent never confirmed within START_TIMEOUT_S: a fresh placement releases its GPUs (the job
     stays queued and is placed again); a migration's resume goes back through placement (``waiting``)."""
     cutoff = timezone.now() - dt.timedelta(seconds=START_TIMEOUT_S)
-    with transaction.atomic():
-        for work in MigrationWork.objects.select_for_update().select_related("migration").filter(
-            phase=MigrationPhase.STARTING, transferred_at__lt=cutoff
-        ):
-            to_waiting(work, "destination did not start the job in time")
-        Placement.objects.filter(ended_at__isnull=True, job__state=JobState.QUEUED, started_at__lt=cutoff).update(
-            ended_at=timezone.now(), end_reason="start timeout")
+    late_moves = MigrationWork.objects.filter(phase=MigrationPhase.STARTING, transferred_at__lt=cutoff)
+    if late_moves.exists():
+        with transaction.atomic():
+            for work in late_moves.select_for_update().select_related("migration"):
+                to_waiting(work, "destination did not start the job in time")
+    # One statement, which changes nothing on most ticks.
+    Placement.objects.filter(ended_at__isnull=True, job__state=JobState.QUEUED, started_at__lt=cutoff).update(
+        ended_at=timezone.now(), end_reason="start timeout")
 
 
 def presync(checkpoint_id: int) -> str:
@@ -327,6 +329,35 @@ def presync(checkpoint_id: int) -> str:
         return "issued" if transfer is not None else "holder unreachable"
 
 
+def pending_steps() -> dict[str, bool]:
+    """Which housekeeping steps of the tick have anything to do, answered in one statement (an EXISTS per
+    step), so that a quiet tick does not run five queries that find nothing. A step whose rows appear just after
+    this read runs on the next tick."""
+    now = timezone.now()
+    silent = now - dt.timedelta(seconds=rn("HEARTBEAT_TIMEOUT_S"))
+    unstarted = now - dt.timedelta(seconds=START_TIMEOUT_S)
+    checks = {
+        "lost": Node.objects.filter(state__in=[NodeState.ONLINE, NodeState.DRAINING]).filter(
+            Q(last_heartbeat_at__lt=silent) | Q(last_heartbeat_at__isnull=True)),
+        "deadlines": ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
+                                                 deadline_at__lte=now),
+        "transfers": Transfer.objects.filter(state=TransferState.ISSUED, expires_at__lt=now),
+        "moves": MigrationWork.objects.filter(phase=MigrationPhase.STARTING, transferred_at__lt=unstarted),
+        "starts": Placement.objects.filter(ended_at__isnull=True, job__state=JobState.QUEUED,
+                                           started_at__lt=unstarted),
+        "releases": ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
+                                                work__phase=ReclaimPhase.PLANNED),
+    }
+    parts, params = [], []
+    for queryset in checks.values():
+        sql, query_params = queryset.order_by().values("pk")[:1].query.sql_with_params()
+        parts.append(f"EXISTS ({sql})")
+        params.extend(query_params)
+    with connection.cursor() as cur:
+        cur.execute("SELECT " + ", ".join(parts), params)
+        return dict(zip(checks, (bool(x) for x in cur.fetchone()), strict=True))
+
+
 def control_tick(now: dt.datetime | None = None, estimators: EstimatorCache | None = None) -> dict[str, int]:
     """One control period: estimators, heartbeats, deadlines, P1, placement, releases (one tick at a time on
     PostgreSQL). ``estimators``: the caller's copy of the estimator state (design §9.5), if it keeps one."""
@@ -339,13 +370,17 @@ def control_tick(now: dt.datetime | None = None, estimators: EstimatorCache | No
             return {"skipped": 1}
     try:
         update_estimates(now, estimators)
-        lost = detect_lost_heartbeats()
-        enforce_due_deadlines()
-        expired = expire_transfers()
+        due = pending_steps()
+        lost = detect_lost_heartbeats() if due["lost"] else []
+        if due["deadlines"]:
+            enforce_due_deadlines()
+        expired = expire_transfers() if due["transfers"] else 0
         changed = p1_tick(now)
-        expire_starts()
+        if due["moves"] or due["starts"]:
+            expire_starts()
         placed = place_queued()
-        release_finished()
+        if due["releases"]:
+            release_finished()
         return {"lost": len(lost), "expired_transfers": expired, "p1_changed": changed, "placed": placed}
     finally:
         if connection.vendor == "postgresql":
