@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.p1 import P1Jobs, plan_checkpoints
-from scheduler.p2 import P2Request, select_destination
+from scheduler.p2 import P2Request, response_view, select_destination
 from scheduler.p3 import P3Flows, admit_flows
 from scheduler.topology import CampusTree
 
@@ -280,25 +280,9 @@ def _hour(x: Any, field: str) -> float:
 
 def _decide_p2(req: dict[str, Any]) -> dict[str, Any]:
     r = _validate_p2(req)
-    d = select_destination(r)
-    ids = r.tree.node_ids
-    return {
-        "destination": None if d.destination is None else ids[d.destination],
-        "candidates": [
-            {
-                "id": ids[int(c)],
-                "transfer_s": float(d.transfer_s[k]),
-                "survival": float(d.survival[k]),
-                "score": float(d.score[k]),
-                "local": bool(d.local[k]),
-            }
-            for k, c in enumerate(d.candidate)
-        ],
-        "excluded": [{"id": ids[i], "reason": reason} for i, reason in d.excluded],
-    }
+    return response_view(select_destination(r), r.tree.node_ids)
 
 
-# ---------------------------------------------------------------- p3
 def _validate_p3(req: dict[str, Any]) -> tuple[P3Flows, float, float, float, list[Any]]:
     capacity = _num(req, "capacity_bytes_per_s", gt=0)
     frac = _num(req, "reserve_fraction", default=0.3, ge=0, le=1)

@@ -7,14 +7,18 @@ all-pairs mean T̄_mig comes from `topology.BottleneckIndex` (no nxn matrix).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
 from scheduler.topology import BottleneckIndex, CampusTree
 
-__all__ = ["EXCLUSION_REASONS", "P2Decision", "P2Request", "feasible_mask", "select_destination", "survival"]
+__all__ = [
+    "EXCLUSION_REASONS", "P2Decision", "P2Request", "feasible_mask", "response_view", "select_destination", "survival",
+]
 
 EXCLUSION_REASONS = ("vram", "capability", "compatibility", "busy", "deadline")
 TIE_RELATIVE = 1e-12  # scores within this relative distance of the minimum tie (design §3: smallest id wins)
@@ -156,3 +160,18 @@ def select_destination(req: P2Request) -> P2Decision:
         excluded_index=np.flatnonzero(bad),
         excluded_code=first[bad],
     )
+
+
+def response_view(decision: P2Decision, ids: Sequence[Any]) -> dict[str, Any]:
+    """The design §5 p2 response of ``decision``, naming node index i as ``ids[i]`` (the contract's node ids, or
+    the portal's node pks)."""
+    return {
+        "destination": None if decision.destination is None else ids[int(decision.destination)],
+        "candidates": [
+            {"id": ids[int(c)], "transfer_s": float(t), "survival": float(s), "score": float(sc), "local": bool(lo)}
+            for c, t, s, sc, lo in zip(decision.candidate, decision.transfer_s, decision.survival, decision.score,
+                                       decision.local, strict=True)
+        ],
+        "excluded": [{"id": ids[i], "reason": reason} for i, reason in decision.excluded],
+    }
+

@@ -14,7 +14,7 @@ from django.db import connection
 from portal.core import campus as campus_model
 from portal.core.campus import Campus
 from portal.core.models import Checkpoint, Job
-from scheduler.p2 import P2Decision, P2Request
+from scheduler.p2 import P2Decision, P2Request, response_view
 
 ALLOCATION_LOCK_KEY = 0x52434C41  # "RCLA": one transaction at a time hands out GPUs and link bandwidth
 
@@ -69,14 +69,5 @@ def build_p2(
 
 
 def p2_view(campus: Campus, decision: P2Decision) -> dict[str, Any]:
-    """design §5 p2 response with node pks."""
-    pk = campus.node_pks
-    return {
-        "destination": None if decision.destination is None else pk[int(decision.destination)],
-        "candidates": [
-            {"id": pk[int(c)], "transfer_s": float(t), "survival": float(s), "score": float(sc), "local": bool(lo)}
-            for c, t, s, sc, lo in zip(decision.candidate, decision.transfer_s, decision.survival,
-                                       decision.score, decision.local, strict=True)
-        ],
-        "excluded": [{"id": pk[int(i)], "reason": r} for i, r in decision.excluded],
-    }
+    """design §5 p2 response with node pks (the contract's own builder, ``scheduler.p2.response_view``)."""
+    return response_view(decision, campus.node_pks)
