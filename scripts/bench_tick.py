@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -61,7 +62,6 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
     from django.utils import timezone
 
     from portal.control.loop import ticks as control_ticks
-    from portal.control.loop.estimates import EstimatorCache
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     call_command("migrate", verbosity=0)
@@ -80,7 +80,7 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
         return execute(sql, params, many, context)
 
     start = timezone.now()
-    estimators = EstimatorCache()  # the worker process's copy, as the Celery task keeps it
+    context = control_ticks.TickContext(started_monotonic=-math.inf)  # a worker long past its start-up
     for k in range(3 + ticks):
         # The default control period on an injected clock: each tick sees 10 s of heartbeats and samples, and
         # every sixth writes the hazard profiles and stores the estimators' snapshot, as the portal would.
@@ -89,7 +89,7 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
         counted[0] = 0
         with connection.execute_wrapper(count):
             t0 = time.perf_counter()
-            control_ticks.control_tick(now, estimators)
+            control_ticks.control_tick(now, context)
             elapsed_ms = 1000 * (time.perf_counter() - t0)
         if k >= 3:
             times_ms.append(elapsed_ms)
@@ -101,7 +101,7 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
         now = start + dt.timedelta(seconds=CONTROL_PERIOD_S * (3 + ticks))
         tickcampus.agents_report(now, rng)
         profiler = cProfile.Profile()
-        profiler.runcall(control_ticks.control_tick, now, estimators)
+        profiler.runcall(control_ticks.control_tick, now, context)
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(35)
     return {"size": size, "build_s": build_s, "built": built.__dict__, "median_ms": statistics.median(times_ms),
             "min_ms": min(times_ms), "max_ms": max(times_ms), "queries": int(statistics.median(queries)),

@@ -15,7 +15,6 @@ from django.db import OperationalError, transaction
 
 from portal.control.link import commands
 from portal.control.loop import ticks
-from portal.control.loop.estimates import EstimatorCache
 from portal.control.reclaim import apply as reclaim_flow
 from portal.control.reclaim import workflow
 from portal.control.state import lock_allocation
@@ -37,16 +36,16 @@ RETRY = {
 
 
 class ControlTick(celery.Task):
-    """The tick's task class: each worker process keeps its copy of the estimator state on its task instance
-    (a shortcut only, design §9.5: a process without one loads the stored snapshot)."""
+    """The tick's task class: each worker process keeps its tick context on its task instance (its copy of the
+    estimator state, a shortcut only — design §9.5 — and when the worker started)."""
 
-    estimators = EstimatorCache()
+    context = ticks.TickContext()
 
 
 @shared_task(name="control.tick", ignore_result=True, bind=True, base=ControlTick, **RETRY)
 def control_tick(self: ControlTick) -> dict[str, int]:
     """Every control period (beat): estimators, lost heartbeats, deadlines, P1 intervals, placement, releases."""
-    return ticks.control_tick(estimators=self.estimators)
+    return ticks.control_tick(context=self.context)
 
 
 @shared_task(name=Task.PLACE_JOB, ignore_result=True, **RETRY)

@@ -170,11 +170,7 @@ async def test_transfer_from_the_wrong_node_is_refused() -> None:
 async def test_lost_heartbeat_is_detected_by_the_tick() -> None:
     from django.utils import timezone
 
-    from portal.control.loop import ticks
-
-    ticks._started_monotonic = -1e9  # past the start-up grace period
-
-    from portal.control.tasks import control_tick
+    from portal.control.loop.ticks import control_tick  # a one-off tick: no restart grace
     from portal.core.models import Job, Migration, Node, ReclaimEvent
 
     src, a = await _online("src", "A", 9001)
@@ -266,13 +262,11 @@ async def test_destination_lost_mid_transfer_falls_back_instead_of_waiting_forev
     transfer, so losing the node fails it and the job resumes from the replica elsewhere."""
     from django.utils import timezone
 
-    from portal.control.loop import ticks
+    from portal.control.loop.ticks import control_tick  # a one-off tick: no restart grace
     from portal.control.models import Transfer
-    from portal.control.tasks import control_tick
     from portal.core.models import Migration, Node
     from portal.core.services.reclaims import request_reclaim
 
-    ticks._started_monotonic = -1e9  # past the start-up grace period
     src, a = await _online("src", "A", 9001)
     dst, b = await _online("dst", "A", 9002)
     holder, c = await _online("holder", "B", 9003)

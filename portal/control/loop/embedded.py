@@ -20,8 +20,7 @@ import time
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from portal.control.loop.estimates import EstimatorCache
-from portal.control.loop.ticks import control_tick
+from portal.control.loop.ticks import TickContext, control_tick
 from portal.core import idempotency, outbox
 
 log = logging.getLogger(__name__)
@@ -35,10 +34,10 @@ _tasks: list[asyncio.Task[None]] = []
 
 
 async def _tick_loop(period_s: float) -> None:
-    estimators = EstimatorCache()  # this loop's copy of the estimator state (design §9.5)
+    context = TickContext()  # this loop's copy of the estimator state and its start (design §9.5)
     while True:
         try:
-            await database_sync_to_async(control_tick)(estimators=estimators)
+            await database_sync_to_async(control_tick)(context=context)
         except Exception:  # one bad tick must not stop the loop; the next one re-reads everything
             log.exception("control tick failed")
         await asyncio.sleep(period_s)

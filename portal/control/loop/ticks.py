@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 from django.db import connection, transaction
@@ -75,16 +77,23 @@ TICK_LOCK_KEY = 0x52434C4E  # "RCLN": one control tick at a time across workers
 INTERVAL_CHANGE = 0.05  # resend an interval only when it moved by more than 5 %
 
 
-_started_monotonic = time.monotonic()
+@dataclass
+class TickContext:
+    """What the process running the tick keeps between ticks (the Celery task, the embedded loop): its copy of
+    the estimator state (design §9.5) and when it started — no node is declared lost during the first heartbeat
+    timeout after a control-plane restart, when every agent is still reconnecting."""
+
+    estimators: EstimatorCache = field(default_factory=EstimatorCache)
+    started_monotonic: float = field(default_factory=time.monotonic)
 
 
-def detect_lost_heartbeats() -> list[int]:
+def detect_lost_heartbeats(started_monotonic: float = -math.inf) -> list[int]:
     """Nodes silent for longer than HEARTBEAT_TIMEOUT_S: offline, jobs recovered (design §1).
 
-    Nothing is declared lost during the first timeout after this process started: after a control-plane
-    restart every node looks silent until its agent has reconnected.
+    Nothing is declared lost during the first timeout after ``started_monotonic`` (when the process running the
+    tick started): after a control-plane restart every node looks silent until its agent has reconnected.
     """
-    if time.monotonic() - _started_monotonic < rn("HEARTBEAT_TIMEOUT_S"):
+    if time.monotonic() - started_monotonic < rn("HEARTBEAT_TIMEOUT_S"):
         return []
     cutoff = timezone.now() - dt.timedelta(seconds=rn("HEARTBEAT_TIMEOUT_S"))
     lost = list(Node.objects.filter(state__in=[NodeState.ONLINE, NodeState.DRAINING])
@@ -358,9 +367,9 @@ def pending_steps() -> dict[str, bool]:
         return dict(zip(checks, (bool(x) for x in cur.fetchone()), strict=True))
 
 
-def control_tick(now: dt.datetime | None = None, estimators: EstimatorCache | None = None) -> dict[str, int]:
+def control_tick(now: dt.datetime | None = None, context: TickContext | None = None) -> dict[str, int]:
     """One control period: estimators, heartbeats, deadlines, P1, placement, releases (one tick at a time on
-    PostgreSQL). ``estimators``: the caller's copy of the estimator state (design §9.5), if it keeps one."""
+    PostgreSQL). ``context``: what the calling process keeps between ticks (none: a one-off tick, no grace)."""
     locked = True
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
@@ -369,9 +378,10 @@ def control_tick(now: dt.datetime | None = None, estimators: EstimatorCache | No
         if not locked:
             return {"skipped": 1}
     try:
-        update_estimates(now, estimators)
+        update_estimates(now, context.estimators if context is not None else None)
         due = pending_steps()
-        lost = detect_lost_heartbeats() if due["lost"] else []
+        started = context.started_monotonic if context is not None else -math.inf
+        lost = detect_lost_heartbeats(started) if due["lost"] else []
         if due["deadlines"]:
             enforce_due_deadlines()
         expired = expire_transfers() if due["transfers"] else 0
