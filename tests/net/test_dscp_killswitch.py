@@ -101,7 +101,7 @@ def test_killswitch_strict_keeps_only_established_migrations(lab: Lab, bpf_ok: N
         enf.set_killswitch(KillSwitchMode.OFF)
     ratio = res.wire_bytes_per_s / (200 * MBIT_BYTES_PER_S)
     print(f"migration under STRICT: wire ratio {ratio:.4f}, retransmits {res.retransmits}; {counters}")
-    assert abs(ratio - 1) <= 0.03
+    assert -0.10 <= ratio - 1 <= 0.03  # held at its rate (below it is the busy sender, see test_shaping)
     assert counters["passed_established"] > 0
     assert counters["syn_dropped"] >= 1 and counters["other_dropped"] >= 1
 
