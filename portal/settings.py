@@ -203,6 +203,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RECLAIMNET["CONTROL_PERIOD_S"],
         "options": {"expires": RECLAIMNET["CONTROL_PERIOD_S"]},
     },
+    "control-reconcile": {  # redo steps whose task was lost (docs/design.md §9.6)
+        "task": "control.reconcile",
+        "schedule": env_float("RECLAIMNET_RECONCILE_PERIOD_S", 5.0),
+        "options": {"expires": env_float("RECLAIMNET_RECONCILE_PERIOD_S", 5.0)},
+    },
 }
 
 LOGGING = {

@@ -14,6 +14,7 @@ from celery import shared_task
 from django.db import OperationalError, transaction
 
 from portal.control.link import commands
+from portal.control.loop import reconcile as reconciler
 from portal.control.loop import ticks
 from portal.control.reclaim import apply as reclaim_flow
 from portal.control.reclaim import workflow
@@ -46,6 +47,12 @@ class ControlTick(celery.Task):
 def control_tick(self: ControlTick) -> dict[str, int]:
     """Every control period (beat): estimators, lost heartbeats, deadlines, P1 intervals, placement, releases."""
     return ticks.control_tick(context=self.context)
+
+
+@shared_task(name="control.reconcile", ignore_result=True, **RETRY)
+def reconcile() -> dict[str, int]:
+    """Every few seconds (beat): queue again the steps whose task was lost (design §9.6)."""
+    return reconciler.reconcile()
 
 
 @shared_task(name=Task.PLACE_JOB, ignore_result=True, **RETRY)

@@ -20,6 +20,7 @@ import time
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from portal.control.loop.reconcile import reconcile
 from portal.control.loop.ticks import TickContext, control_tick
 from portal.core import idempotency, outbox
 
@@ -38,6 +39,7 @@ async def _tick_loop(period_s: float) -> None:
     while True:
         try:
             await database_sync_to_async(control_tick)(context=context)
+            await database_sync_to_async(reconcile)()
         except Exception:  # one bad tick must not stop the loop; the next one re-reads everything
             log.exception("control tick failed")
         await asyncio.sleep(period_s)
