@@ -186,6 +186,8 @@ RECLAIMNET = {
     "HEARTBEAT_TIMEOUT_S": env_float("RECLAIMNET_HEARTBEAT_TIMEOUT_S", 10.0),
     # How stale the estimators' stored snapshot may get; each tick replays at most this much history.
     "ESTIMATOR_SNAPSHOT_PERIOD_S": env_float("RECLAIMNET_ESTIMATOR_SNAPSHOT_PERIOD_S", 60.0),
+    # Bounded tables (docs/design.md §9.8): decision logs are kept this long.
+    "DECISION_LOG_KEEP_DAYS": env_float("RECLAIMNET_DECISION_LOG_KEEP_DAYS", 30.0),
     "CHECKPOINT_BUDGET_FRACTION": env_float("RECLAIMNET_CHECKPOINT_BUDGET_FRACTION", 0.3),
     "BETA": 0.2,
     "ALPHA": 1.0,
@@ -202,6 +204,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "control.tick",
         "schedule": RECLAIMNET["CONTROL_PERIOD_S"],
         "options": {"expires": RECLAIMNET["CONTROL_PERIOD_S"]},
+    },
+    "control-housekeeping": {  # roll up bandwidth samples, prune old decision logs (docs/design.md §9.8)
+        "task": "control.housekeeping",
+        "schedule": 600.0,
+        "options": {"expires": 600.0},
     },
     "control-reconcile": {  # redo steps whose task was lost (docs/design.md §9.6)
         "task": "control.reconcile",

@@ -14,6 +14,7 @@ from celery import shared_task
 from django.db import OperationalError, transaction
 
 from portal.control.link import commands
+from portal.control.loop import housekeeping as tables
 from portal.control.loop import reconcile as reconciler
 from portal.control.loop import ticks
 from portal.control.reclaim import apply as reclaim_flow
@@ -47,6 +48,12 @@ class ControlTick(celery.Task):
 def control_tick(self: ControlTick) -> dict[str, int]:
     """Every control period (beat): estimators, lost heartbeats, deadlines, P1 intervals, placement, releases."""
     return ticks.control_tick(context=self.context)
+
+
+@shared_task(name="control.housekeeping", ignore_result=True, **RETRY)
+def housekeeping() -> dict[str, int]:
+    """Every ten minutes (beat): roll up bandwidth samples, prune old decision logs (design §9.8)."""
+    return tables.housekeeping()
 
 
 @shared_task(name="control.reconcile", ignore_result=True, **RETRY)

@@ -20,6 +20,7 @@ import time
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from portal.control.loop.housekeeping import housekeeping
 from portal.control.loop.reconcile import reconcile
 from portal.control.loop.ticks import TickContext, control_tick
 from portal.core import idempotency, outbox
@@ -55,9 +56,10 @@ def _relay_batch() -> int:
 
 
 def _prune() -> None:
-    """Rows sent a day ago, expired idempotency keys."""
+    """Rows sent a day ago, expired idempotency keys; bandwidth samples rolled up, old decision logs."""
     outbox.prune_sent()
     idempotency.prune_expired()
+    housekeeping()
 
 
 async def _relay_loop() -> None:

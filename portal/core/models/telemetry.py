@@ -16,6 +16,8 @@ class BandwidthSample(models.Model):
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
     sampled_at = models.DateTimeField(db_index=True)
     bytes_per_s = models.FloatField()
+    resolution_s = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="0: one agent sample; 60 or 3600: the mean of a minute or an hour (rolled up)")
 
     class Meta:
         ordering = ["-sampled_at"]
