@@ -31,6 +31,11 @@ def test_schema_generates_without_warnings_and_validates(tmp_path: Any) -> None:
         assert path in paths, path
     schemes = spec["components"]["securitySchemes"]
     assert {"cookieAuth", "tokenAuth"} <= set(schemes)
+    # What responses really hold: a lost-heartbeat reclaim has no requester; a preview may know no loss-free notice.
+    reclaim = spec["components"]["schemas"]["ReclaimEvent"]["properties"]
+    assert reclaim["requested_by"].get("nullable") is True
+    preview = spec["components"]["schemas"]["ReclaimPreview"]["properties"]
+    assert preview["shortest_loss_free_notice_s"].get("nullable") is True
 
 
 @pytest.mark.django_db

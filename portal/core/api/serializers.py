@@ -236,7 +236,9 @@ class ReclaimPreviewSerializer(serializers.Serializer):
 
 class ReclaimEventSerializer(serializers.ModelSerializer):
     node_name = serializers.CharField(source="node.name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    requested_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Who asked; null for the control plane's own reclaims (a node whose heartbeat was lost).")
 
     class Meta:
         model = ReclaimEvent
