@@ -138,15 +138,6 @@ def lendable_gpus_total() -> int:
                for pk, floor in lent_nodes().values_list("pk", "gpu_floor"))
 
 
-def lendable_gpus_by_node(node_pks: Iterable[int]) -> dict[int, int]:
-    """Each node's lendable GPUs whatever its state (what the provider offers when it is lent)."""
-    pks = list(node_pks)
-    counts = dict(Gpu.objects.filter(node_id__in=pks).values_list("node_id").annotate(n=Count("pk"))
-                  .values_list("node_id", "n"))
-    return {pk: Node.lendable_of(counts.get(pk, 0), floor)
-            for pk, floor in Node.objects.filter(pk__in=pks).values_list("pk", "gpu_floor")}
-
-
 def most_gpus_free_on_a_lent_node() -> int:
     """An upper bound on what any one placement could get now: the most lendable GPUs not held by an open
     placement on any lent node (liveness and reservations only lower it). One aggregate statement, so the tick
@@ -300,8 +291,7 @@ class Campus:
     def scratch(self) -> Campus:
         """A copy whose GPU bookkeeping can be changed without touching this one (the planner's preview)."""
         return dataclasses.replace(self, free_gpus=self.free_gpus.copy(),
-                                   free_indices={k: list(v) for k, v in self.free_indices.items()},
-                                   _hazard=self._hazard)
+                                   free_indices={k: list(v) for k, v in self.free_indices.items()})
 
     def take_gpus(self, node_pk: int, count: int) -> list[int]:
         """Hand ``count`` free GPUs of ``node_pk`` to one decision: the indices it may start on."""

@@ -107,3 +107,19 @@ async def until(predicate: Any, timeout_s: float = 5.0, what: str = "") -> None:
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         await asyncio.sleep(0.05)
+
+
+def load_script(name: str) -> Any:
+    """``scripts/<name>.py`` (a script, not a package) as the module ``name``, loaded once."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[name]
+

@@ -4,14 +4,12 @@ bound, and old decision logs are pruned."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from control_helpers import make_node
+from control_helpers import load_script, make_node
 from django.db import connection
 from django.utils import timezone
 
@@ -23,12 +21,7 @@ DAYS = 32
 
 
 def _tickcampus() -> Any:
-    if "tickcampus" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("tickcampus", REPO / "scripts" / "tickcampus.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules["tickcampus"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules["tickcampus"]
+    return load_script("tickcampus")
 
 
 def test_a_month_of_samples_stays_bounded_and_keeps_its_means() -> None:

@@ -9,13 +9,12 @@ Django's query capture. The counts must be equal: a per-node or per-job query an
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from control_helpers import load_script
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -26,12 +25,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _tickcampus() -> Any:
-    if "tickcampus" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("tickcampus", REPO / "scripts" / "tickcampus.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules["tickcampus"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules["tickcampus"]
+    return load_script("tickcampus")
 
 
 class _Undo(Exception):  # noqa: N818

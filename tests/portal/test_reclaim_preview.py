@@ -77,7 +77,7 @@ def test_no_checkpoint_off_the_node_means_a_restart_from_scratch(world: World) -
 
 
 @pytest.mark.django_db
-def test_no_notice_is_loss_free_without_a_destination(world: World) -> None:
+def test_no_notice_makes_a_job_loss_free_when_no_node_has_room(world: World) -> None:
     job = f.make_job(world.group, world.users["researcher"], gpu_count=2)  # robotics-01 has one GPU
     f.place_job(job, world.node, [0, 1])
     result = preview(world.node, 3600)

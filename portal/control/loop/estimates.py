@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from portal.control.config import rn
@@ -367,46 +367,41 @@ def _write_levels(state: EstimatorState, t_s: float) -> None:
     group_upper = state.hazard.group_hourly_profile_per_s(t_s, upper=True)
     campus = state.hazard.campus_hourly_profile_per_s(t_s)
     campus_upper = state.hazard.campus_hourly_profile_per_s(t_s, upper=True)
-    scopes = [HazardScope.PROVIDER] * (24 * len(providers)) + [HazardScope.CAMPUS] * 24
-    owners: list[int | None] = [p for p in providers for _ in range(24)] + [None] * 24
-    hours = list(range(24)) * (len(providers) + 1)
-    values = [*group.ravel().tolist(), *campus.tolist()]
-    uppers = [*group_upper.ravel().tolist(), *campus_upper.tolist()]
-    with transaction.atomic():
-        HazardEstimate.objects.filter(scope__in=[HazardScope.PROVIDER, HazardScope.CAMPUS]).delete()
-        if connection.vendor != "postgresql":
-            HazardEstimate.objects.bulk_create(
-                [HazardEstimate(scope=sc, provider_id=o, hour_of_day=h, hazard_per_s=v, hazard_upper_per_s=u)
-                 for sc, o, h, v, u in zip(scopes, owners, hours, values, uppers, strict=True)], batch_size=500)
-            return
-        table = HazardEstimate._meta.db_table
-        with connection.cursor() as cur:
-            cur.execute(
-                f"INSERT INTO {table} (scope, node_id, provider_id, hour_of_day, hazard_per_s, hazard_upper_per_s, "
-                "updated_at) SELECT s, NULL, p, h, v, u, now() FROM unnest(%s::text[], %s::bigint[], %s::int[], "
-                "%s::float8[], %s::float8[]) AS t(s, p, h, v, u)", [scopes, owners, hours, values, uppers])
+    owners = [(HazardScope.PROVIDER, None, p) for p in providers] + [(HazardScope.CAMPUS, None, None)]
+    _replace_hazard_rows(HazardEstimate.objects.filter(scope__in=[HazardScope.PROVIDER, HazardScope.CAMPUS]),
+                         owners, np.vstack([group, campus[None, :]]), np.vstack([group_upper, campus_upper[None, :]]))
 
 
 def _write_node_profiles(node_pks: list[int], profile: np.ndarray, upper: np.ndarray) -> None:
-    """Replace the node-scope hourly rows of ``node_pks`` (one INSERT … SELECT unnest on PostgreSQL: 12k rows
-    in tens of milliseconds instead of a second through the ORM)."""
+    """Replace the node-scope hourly rows of ``node_pks``."""
+    _replace_hazard_rows(HazardEstimate.objects.filter(scope=HazardScope.NODE, node_id__in=node_pks),
+                         [(HazardScope.NODE, pk, None) for pk in node_pks], profile, upper)
+
+
+def _replace_hazard_rows(old: QuerySet, owners: list[tuple[str, int | None, int | None]], profile: np.ndarray,
+                         upper: np.ndarray) -> None:
+    """Delete ``old`` and insert 24 hourly rows per owner ``(scope, node, provider)`` (row i of the (n, 24)
+    arrays), in one transaction: one ``INSERT … SELECT unnest`` on PostgreSQL (12k rows in tens of milliseconds
+    instead of a second through the ORM)."""
+    scopes = [scope for scope, _, _ in owners for _ in range(24)]
+    nodes = [node for _, node, _ in owners for _ in range(24)]
+    providers = [provider for _, _, provider in owners for _ in range(24)]
+    hours = list(range(24)) * len(owners)
+    values, uppers = [float(x) for x in profile.ravel()], [float(x) for x in upper.ravel()]
     with transaction.atomic():
-        HazardEstimate.objects.filter(scope=HazardScope.NODE, node_id__in=node_pks).delete()
+        old.delete()
         if connection.vendor != "postgresql":
             HazardEstimate.objects.bulk_create(
-                [HazardEstimate(scope=HazardScope.NODE, node_id=pk, hour_of_day=h, hazard_per_s=float(profile[i, h]),
-                                hazard_upper_per_s=float(upper[i, h]))
-                 for i, pk in enumerate(node_pks) for h in range(24)], batch_size=2000)
+                [HazardEstimate(scope=sc, node_id=n, provider_id=p, hour_of_day=h, hazard_per_s=v, hazard_upper_per_s=u)
+                 for sc, n, p, h, v, u in zip(scopes, nodes, providers, hours, values, uppers, strict=True)],
+                batch_size=2000)
             return
-        table = HazardEstimate._meta.db_table
         with connection.cursor() as cur:
             cur.execute(
-                f"INSERT INTO {table} (scope, node_id, provider_id, hour_of_day, hazard_per_s, hazard_upper_per_s, "
-                "updated_at) SELECT %s, n, NULL, h, v, u, now() FROM unnest(%s::bigint[], %s::int[], "
-                "%s::float8[], %s::float8[]) AS t(n, h, v, u)",
-                [HazardScope.NODE, [pk for pk in node_pks for _ in range(24)], list(range(24)) * len(node_pks),
-                 [float(x) for x in profile.ravel()], [float(x) for x in upper.ravel()]],
-            )
+                f"INSERT INTO {HazardEstimate._meta.db_table} (scope, node_id, provider_id, hour_of_day, hazard_per_s, "
+                "hazard_upper_per_s, updated_at) SELECT s, n, p, h, v, u, now() FROM unnest(%s::text[], %s::bigint[], "
+                "%s::bigint[], %s::int[], %s::float8[], %s::float8[]) AS t(s, n, p, h, v, u)",
+                [scopes, nodes, providers, hours, values, uppers])
 
 
 def write_level_profile(scope: str, hazard_per_s: list[float], upper_per_s: list[float],
@@ -415,11 +410,8 @@ def write_level_profile(scope: str, hazard_per_s: list[float], upper_per_s: list
     if scope not in (HazardScope.PROVIDER, HazardScope.CAMPUS) or (scope == HazardScope.PROVIDER) != (
             provider_id is not None):
         raise ValueError("a provider profile needs its provider, a campus profile none")
-    with transaction.atomic():
-        HazardEstimate.objects.filter(scope=scope, node=None, provider_id=provider_id).delete()
-        HazardEstimate.objects.bulk_create(
-            [HazardEstimate(scope=scope, provider_id=provider_id, hour_of_day=h, hazard_per_s=float(hazard_per_s[h]),
-                            hazard_upper_per_s=float(upper_per_s[h])) for h in range(24)])
+    _replace_hazard_rows(HazardEstimate.objects.filter(scope=scope, node=None, provider_id=provider_id),
+                         [(scope, None, provider_id)], np.array([hazard_per_s]), np.array([upper_per_s]))
 
 
 def update_estimates(now: dt.datetime | None = None, cache: EstimatorCache | None = None) -> dict[str, int]:

@@ -151,7 +151,7 @@ def _recovered(campus: Campus, job: Job, ckpt_bytes: float, node_pk: int, lost_a
                    reason=reason, recovery=rec, **p2)
 
 
-def _inflight_flows(now: Any) -> list[tuple[Migration, float, float, float]]:
+def inflight_flows(now: Any) -> list[tuple[Migration, float, float, float]]:
     """Planned migrations still moving, each with its bytes, the time left to its own deadline and T_r.
 
     Remaining bytes: the sender does not report progress, so a transfer under way counts in full — an upper
@@ -169,7 +169,8 @@ def _inflight_flows(now: Any) -> list[tuple[Migration, float, float, float]]:
 
 
 def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = None, lost_at: Any = None,
-                 jobs: list[Job] | None = None) -> ReclaimPlan:
+                 jobs: list[Job] | None = None, sizes: dict[int, float] | None = None,
+                 inflight: list[tuple[Migration, float, float, float]] | None = None) -> ReclaimPlan:
     """The plan for reclaiming ``node_pk`` with ``notice_s`` of notice (0: emergency, kill-switch, lost node).
 
     1. No notice: every job recovers (:func:`plan_recovery`).
@@ -178,13 +179,15 @@ def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = No
     4. Admitted with a destination → loss-free at P3's rate; the others give their destination back and recover.
 
     Reads only; the GPU bookkeeping of ``campus`` is updated (pass ``campus.scratch()`` to keep it).
-    ``lost_at`` (the reclaim's request time) dates the work lost; both default to now.
+    ``lost_at`` (the reclaim's request time) dates the work lost; both default to now. ``jobs``, ``sizes`` and
+    ``inflight`` (what :func:`jobs_leaving`, ``checkpoint_size_bytes`` and :func:`inflight_flows` read) may be
+    given by a caller that plans the same node many times.
     """
     now = now or timezone.now()
     lost_at = lost_at or now
     notice_s = max(0.0, float(notice_s))
     jobs = jobs if jobs is not None else jobs_leaving(node_pk, scheduled=notice_s > 0)
-    sizes = checkpoint_size_bytes(j.pk for j in jobs)
+    sizes = sizes if sizes is not None else checkpoint_size_bytes(j.pk for j in jobs)
     node_budget = migration_budget(_access_lower(campus, node_pk))
     alone_s = {j.pk: (sizes[j.pk] / node_budget if node_budget > 0 else math.inf) + j.restart_s for j in jobs}
     if notice_s <= 0 or not jobs:
@@ -205,7 +208,8 @@ def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = No
         notices.append(notice_s if dest is not None else 0.0)
         restarts.append(float(job.restart_s))
         paths.append(campus.path_links(node_pk, dest) if dest is not None else np.zeros(0, np.int64))
-    inflight = [f for f in _inflight_flows(now) if f[0].source_id in campus.index_of
+    inflight = [f for f in (inflight if inflight is not None else inflight_flows(now))
+                if f[0].source_id in campus.index_of
                 and f[0].destination_id in campus.index_of]
     for mig, size, left_s, restart_s in inflight:
         ids.append(f"inflight-{mig.pk}")
@@ -279,11 +283,13 @@ def shortest_loss_free_notice_s(campus: Campus, node_pk: int, *, now: Any = None
     if not jobs:
         return 0.0
     campus.hazard_per_s_by_hour  # noqa: B018 (read once, shared by every scratch copy)
+    sizes = checkpoint_size_bytes(j.pk for j in jobs)
+    moving = inflight_flows(now)  # read once: the search plans the same node a few dozen times
 
     def loss_free(notice: float) -> bool:
-        return plan_reclaim(campus.scratch(), node_pk, notice, now=now, jobs=jobs).loss_free
+        return plan_reclaim(campus.scratch(), node_pk, notice, now=now, jobs=jobs, sizes=sizes,
+                            inflight=moving).loss_free
 
-    sizes = checkpoint_size_bytes(j.pk for j in jobs)
     budget = migration_budget(_access_lower(campus, node_pk))
     if budget <= 0:
         return None

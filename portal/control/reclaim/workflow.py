@@ -106,11 +106,6 @@ def data_address(node_pk: int) -> tuple[str, int] | None:
     return (row[0], int(row[1])) if row else None
 
 
-def ckpt_bytes_of(job: Job) -> float:
-    latest = Checkpoint.objects.filter(job=job, completed_at__isnull=False).order_by("-sequence").first()
-    return float(latest.size_bytes if latest is not None else job.ckpt_bytes_estimate)
-
-
 def start_on(job: Job, node_pk: int, gpu_indices: list[int], restore: Checkpoint | None, reason: str) -> None:
     """Hold the GPUs with an open placement and tell the node's agent to start (or resume) the job."""
     close_placement(job, "moved")
