@@ -125,7 +125,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.core.api.schema.ReclaimNetAutoSchema",
     "DEFAULT_PAGINATION_CLASS": "portal.core.api.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
 }
