@@ -1,11 +1,23 @@
 """ASGI entry point: HTTP through Django, websockets through Channels (agents and browsers).
 
 Django is set up before any consumer is imported (the consumers import models).
+
+Under daphne, SIGTERM ends the process within ``RECLAIMNET_SHUTDOWN_GRACE_S`` with its database connections
+closed (docs/design.md §10). Daphne's own shutdown cancels every open connection's application and waits for
+all of them with no limit, and asgiref waits for a cancelled ``sync_to_async`` call to return (sync.py, "ret =
+await exec_coro"): one request or consumer stuck in the database (a lock wait, a saturated server) kept a daphne
+alive, holding its connections, through two SIGTERMs for 17 minutes. So: the in-process loops are cancelled as
+the reactor starts to stop, the connection pool is closed once it has stopped, and a deadline thread closes the
+pool and ends the process if the graceful path has not finished by the grace.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import threading
+import time
 
 from django.core.asgi import get_asgi_application
 
@@ -14,6 +26,37 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from portal.celery import SHUTDOWN_GRACE_S, close_database_connections  # noqa: E402
+from portal.control.loop import embedded  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 
+log = logging.getLogger(__name__)
+
 application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": URLRouter(websocket_urlpatterns)})
+
+
+def _exit_at_deadline(grace_s: float) -> None:
+    time.sleep(grace_s)
+    log.warning("still running %.1f s after the shutdown began: closing database connections and exiting", grace_s)
+    close_database_connections()
+    logging.shutdown()
+    os._exit(0)
+
+
+def _shutdown_begins() -> None:
+    """Reactor "before shutdown" trigger (SIGTERM, SIGINT): stop the loops, arm the deadline."""
+    embedded.stop()
+    threading.Thread(target=_exit_at_deadline, args=(SHUTDOWN_GRACE_S,), name="shutdown-deadline",
+                     daemon=True).start()
+
+
+def _install_shutdown_hooks() -> None:
+    """Only under daphne, which installed Twisted's asyncio reactor before loading this module."""
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if reactor is None or "daphne.server" not in sys.modules:
+        return
+    reactor.addSystemEventTrigger("before", "shutdown", _shutdown_begins)
+    reactor.addSystemEventTrigger("after", "shutdown", close_database_connections)
+
+
+_install_shutdown_hooks()

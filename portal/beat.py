@@ -18,6 +18,8 @@ from celery.beat import PersistentScheduler
 from celery.utils.log import get_logger
 from django.db import close_old_connections, connection
 
+from portal.celery import close_database_connections
+
 log = get_logger(__name__)  # beat's own logging setup shows it
 
 POLL_S = 0.5
@@ -119,7 +121,10 @@ class RelayingScheduler(PersistentScheduler):
             log.info("outbox relay started in the beat process")
 
     def close(self) -> None:
+        """Beat is stopping (SIGTERM): the relay thread finishes its batch and gives its connection back, then
+        this process's connection pool is closed (docs/design.md §10)."""
         self._relay_stop.set()
         if self._relay_thread is not None:
             self._relay_thread.join(timeout=5)
+        close_database_connections()
         super().close()

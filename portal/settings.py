@@ -11,8 +11,9 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
-from portal.env import env_bool, env_float, env_list, env_str
+from portal.env import env_bool, env_float, env_int, env_list, env_str, process_kind
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -50,6 +51,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.core.middleware.DatabaseBusyMiddleware",
     "portal.core.middleware.BodySizeLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -81,7 +83,29 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+RECLAIMNET_PROCESS_KIND = process_kind()
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Bounded connections (docs/design.md §10): every process takes its connections from one psycopg pool of
+    # its own, sized by what the process does, so daphne + a worker per queue (2 children each) + beat stay far
+    # below PostgreSQL's max_connections (100). A burst waits up to the pool timeout for a free connection, then
+    # is answered 503 + Retry-After (portal.core.middleware.DatabaseBusyMiddleware). Every connection is named
+    # after its process kind in pg_stat_activity.application_name.
+    _POOL_MAX_SIZE = {"daphne": 16, "worker": 2, "beat": 2, "other": 8}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # required with a pool: "closing" returns the connection to it
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # the pool checks a connection before lending it
+    if env_bool("RECLAIMNET_DB_POOL", default=True):
+        _pool_max_size = env_int("RECLAIMNET_DB_POOL_MAX_SIZE", _POOL_MAX_SIZE[RECLAIMNET_PROCESS_KIND])
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(env_int("RECLAIMNET_DB_POOL_MIN_SIZE", 1), _pool_max_size),
+            "max_size": _pool_max_size,
+            "timeout": env_float("RECLAIMNET_DB_POOL_TIMEOUT_S", 10.0),  # how long a request queues for one
+            "max_waiting": env_int("RECLAIMNET_DB_POOL_MAX_WAITING", 0),  # 0: no bound beyond the timeout
+            "max_idle": env_float("RECLAIMNET_DB_POOL_MAX_IDLE_S", 300.0),  # idle connections above min_size
+        }
+    DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = f"reclaimnet-{RECLAIMNET_PROCESS_KIND}"
+# A request that found the database busy (pool exhausted, connection slots used up) is told to come back after.
+RECLAIMNET_DB_BUSY_RETRY_AFTER_S = env_int("RECLAIMNET_DB_BUSY_RETRY_AFTER_S", 2)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded default takes concurrent writes (docs/design.md §8): WAL lets readers run beside the one
     # writer; IMMEDIATE takes the write lock at BEGIN, so two transactions never deadlock upgrading a read lock
@@ -161,6 +185,7 @@ if REDIS_URL:
         }]}}
     }
     CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT = "portal.celery:RedisTransport"  # survives a Redis restart (see there)
     CELERY_TASK_ALWAYS_EAGER = False
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -174,6 +199,46 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker that goes away (Redis restarting) is waited for, never given up on: the worker reconnects with backoff
+# and its unacknowledged messages go back to their queues (docs/design.md §10).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # retry forever
+CELERY_BROKER_CHANNEL_ERROR_RETRY = True
+# With late acks a task running when the broker connection drops is redelivered anyway: cancel it, don't run it
+# twice at once (Celery 6's default). Every task claims its step, so the redelivery does the work once.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Bounded tasks, and a visibility timeout matched to the longest: a task still unacknowledged after
+# ``visibility_timeout`` seconds belongs to a worker that died (SIGKILL, lost host), so Redis hands it to another.
+# Control steps are also re-driven by the reconciler (beat, every few seconds, docs/design.md §9.6) within 30 s
+# of their owner's death; the redelivery that follows finds its step done and does nothing.
+CELERY_TASK_SOFT_TIME_LIMIT = env_float("RECLAIMNET_TASK_SOFT_TIME_LIMIT_S", 50.0)
+CELERY_TASK_TIME_LIMIT = env_float("RECLAIMNET_TASK_TIME_LIMIT_S", 60.0)
+RECLAIMNET_HOUSEKEEPING_TIME_LIMIT_S = env_float("RECLAIMNET_HOUSEKEEPING_TIME_LIMIT_S", 120.0)
+CELERY_TASK_ANNOTATIONS = {"control.housekeeping": {
+    "soft_time_limit": RECLAIMNET_HOUSEKEEPING_TIME_LIMIT_S - 10.0, "time_limit": RECLAIMNET_HOUSEKEEPING_TIME_LIMIT_S}}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Longest hard limit plus one task's wait behind it (prefetch multiplier 1, late acks).
+    "visibility_timeout": env_float("RECLAIMNET_BROKER_VISIBILITY_TIMEOUT_S", RECLAIMNET_HOUSEKEEPING_TIME_LIMIT_S + 60.0),
+    # redis-py's 5 s default socket timeout is shorter than a blocking read may wait: reads time out only
+    # after 30 s of silence, connects after 5 s, and idle connections are checked before use.
+    "socket_timeout": 30.0, "socket_connect_timeout": 5.0, "health_check_interval": 15, "retry_on_timeout": True,
+}
+# Queues by urgency (docs/design.md §10): what a provider is waiting for (a reclaim and its steps) has a queue
+# that nothing slow shares; the control tick, placements and housekeeping have their own. A worker started
+# without ``-Q`` consumes all of them (development, tests); production runs one worker per queue (README).
+# The outbox relay publishes by task name (``send_task``), so these routes apply to everything it relays.
+RECLAIMNET_QUEUES = ("control", "tick", "placement", "housekeeping", "notifications", "evaluation", "default")
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in RECLAIMNET_QUEUES]
+CELERY_TASK_DEFAULT_QUEUE = "default"  # a task nobody routed (tests/e2e/test_queues.py forbids that)
+CELERY_TASK_ROUTES = {
+    **{name: {"queue": "control"} for name in (
+        "control.run_reclaim", "control.enforce_deadline", "control.advance_migration", "control.recover_lost_jobs",
+        "control.release_reclaims", "control.stop_cancelled_job", "control.node_lent_again", "control.reconcile")},
+    "control.tick": {"queue": "tick"},
+    "control.place_job": {"queue": "placement"},
+    "control.presync_checkpoint": {"queue": "placement"},
+    "control.housekeeping": {"queue": "housekeeping"},
+}
 # Beat also runs the outbox relay (portal/beat.py): requests and consumers never talk to the broker.
 CELERY_BEAT_SCHEDULER = "portal.beat:RelayingScheduler"
 # "celery" (REDIS_URL set) or "loop" (embedded default) unless set: "inline" relays in the committing thread.
@@ -230,3 +295,86 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# --- Security (docs/design.md §9.9) ---
+# Secure by default: with DEBUG off the portal assumes HTTPS terminated by a reverse proxy that sets (overwrites)
+# X-Forwarded-Proto, and sends secure cookies, HSTS and a Content-Security-Policy. Plain http (the embedded
+# default on 127.0.0.1, the test suite's own servers) needs DEBUG=1, RECLAIMNET_TESTING=1 or
+# RECLAIMNET_INSECURE_HTTP=1. Every setting below can also be set on its own from the environment.
+_HTTPS = not (DEBUG or env_bool("RECLAIMNET_TESTING") or env_bool("RECLAIMNET_INSECURE_HTTP"))
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _HTTPS)
+SECURE_REDIRECT_EXEMPT = env_list("SECURE_REDIRECT_EXEMPT", [])
+_PROXY_SSL_HEADER = env_str("SECURE_PROXY_SSL_HEADER", "HTTP_X_FORWARDED_PROTO,https" if _HTTPS else "") or ""
+SECURE_PROXY_SSL_HEADER = tuple(_PROXY_SSL_HEADER.split(",", 1)) if _PROXY_SSL_HEADER else None  # "" turns it off
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _HTTPS)
+SECURE_HSTS_SECONDS = int(env_float("SECURE_HSTS_SECONDS", 31_536_000 if _HTTPS else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)  # names below the portal's host
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Preloading is a commitment an operator makes for a whole domain (hstspreload.org), not a default: without it
+# `check --deploy` would only repeat that it is off.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+SECURE_REFERRER_POLICY = env_str("SECURE_REFERRER_POLICY", "same-origin")
+SECURE_CROSS_ORIGIN_OPENER_POLICY = env_str("SECURE_CROSS_ORIGIN_OPENER_POLICY", "same-origin")
+
+# Content-Security-Policy (django-csp): scripts and styles from the portal only; style="" attributes allowed
+# (they cannot run code); websockets to the portal itself. RECLAIMNET_CSP=report-only sends it as
+# Content-Security-Policy-Report-Only, =off not at all; RECLAIMNET_CSP_REPORT_URI adds report-uri. The API
+# docs pages get a looser policy of their own (portal/core/security.py).
+_CSP_DIRECTIVES: dict[str, list[str]] = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "style-src-attr": ["'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+if env_str("RECLAIMNET_CSP_REPORT_URI"):
+    _CSP_DIRECTIVES["report-uri"] = [env_str("RECLAIMNET_CSP_REPORT_URI") or ""]
+_CSP_MODE = (env_str("RECLAIMNET_CSP", "on") or "on").lower()
+if _CSP_MODE not in {"on", "report-only", "off"}:
+    raise ImproperlyConfigured(f"RECLAIMNET_CSP must be on, report-only or off, got {_CSP_MODE!r}")
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": _CSP_DIRECTIVES} if _CSP_MODE == "on" else None
+CONTENT_SECURITY_POLICY_REPORT_ONLY = {"DIRECTIVES": _CSP_DIRECTIVES} if _CSP_MODE == "report-only" else None
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+                  "portal.core.security.PortalCSPMiddleware")
+
+# The address a request came from, behind this many reverse proxies (X-Forwarded-For; 0: REMOTE_ADDR). The
+# production default trusts the one proxy it already trusts for X-Forwarded-Proto; without it every client would
+# share the proxy's address (and one attacker would lock everyone out).
+RECLAIMNET_TRUSTED_PROXY_COUNT = int(env_float("RECLAIMNET_TRUSTED_PROXY_COUNT", 1 if SECURE_PROXY_SSL_HEADER else 0))
+
+# Login lockout and bad-token throttling (portal/core/auth.py): RECLAIMNET_LOGIN_FAILURE_LIMIT failures within
+# RECLAIMNET_LOGIN_COOLOFF_S lock the account and the address for that long. The test suite's default is high
+# (its clients all come from 127.0.0.1); the lockout tests set 10 themselves.
+RECLAIMNET_LOGIN_FAILURE_LIMIT = int(env_float("RECLAIMNET_LOGIN_FAILURE_LIMIT",
+                                               1000 if env_bool("RECLAIMNET_TESTING") else 10))
+RECLAIMNET_LOGIN_COOLOFF_S = env_float("RECLAIMNET_LOGIN_COOLOFF_S", 900.0)
+INSTALLED_APPS += ["axes", "csp"]
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")  # last, as axes asks
+AUTHENTICATION_BACKENDS = ["portal.core.auth.LockoutBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_ENABLED = env_bool("RECLAIMNET_LOGIN_LOCKOUT", True)
+AXES_HANDLER = "portal.core.auth.LockoutHandler"  # counters in the database, shared by every process
+AXES_FAILURE_LIMIT = "portal.core.auth.failure_limit"
+AXES_COOLOFF_TIME = "portal.core.auth.cooloff"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one over the limit locks
+AXES_RESET_ON_SUCCESS = False  # one good login from an address must not wipe its failures on other accounts
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # the lockout ends when its answer said it would
+AXES_LOCKOUT_CALLABLE = "portal.core.auth.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "portal.core.security.client_address"
+AXES_DISABLE_ACCESS_LOG = True  # no row per successful login (tables that only grow)
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
+    "portal.core.auth.ThrottledTokenAuthentication" if name == "rest_framework.authentication.TokenAuthentication"
+    else name for name in REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]
+]
+# The bad-token counters live in Django's cache: Redis when REDIS_URL is set (shared by every process),
+# process memory in the embedded default (one process).
+CACHES = {"default": (
+    {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "rn-cache",
+     "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5}}
+    if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+)}

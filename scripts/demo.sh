@@ -4,7 +4,7 @@
 # (the real agent code with simulated GPUs, running a small numpy training job) so reclaim shows a migration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+PY=${DEMO_PYTHON:-.venv/bin/python}
 export DEBUG=${DEBUG:-1} RECLAIMNET_DEMO=1
 unset DATABASE_URL REDIS_URL
 # Short periods so a visitor sees things happen (design §2 control period, heartbeats).
@@ -15,9 +15,14 @@ HOST=${DEMO_HOST:-127.0.0.1}
 PORT=${DEMO_PORT:-8000}
 AGENTS=${DEMO_AGENTS:-4}
 # A secret key generated once for this checkout (never committed), so logins survive a restart of the demo.
-mkdir -p .demo
-[ -s .demo/secret_key ] || (umask 077; $PY -c 'import secrets; print(secrets.token_urlsafe(50))' > .demo/secret_key)
-export SECRET_KEY_FILE=$PWD/.demo/secret_key
+# Readable by its owner only (docs/design.md §9.9): created 0600, and a key an older run left readable is
+# tightened, as is the folder.
+DEMO_DIR=${DEMO_DIR:-$PWD/.demo}
+mkdir -p "$DEMO_DIR"
+chmod 700 "$DEMO_DIR"
+[ -s "$DEMO_DIR/secret_key" ] || (umask 077; $PY -c 'import secrets; print(secrets.token_urlsafe(50))' > "$DEMO_DIR/secret_key")
+chmod 600 "$DEMO_DIR/secret_key"
+export SECRET_KEY_FILE=$DEMO_DIR/secret_key
 
 $PY manage.py migrate --noinput -v 0
 $PY manage.py seed_campus --demo-users

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
+import psycopg_pool
 from django.conf import settings
+from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponse, JsonResponse
+
+log = logging.getLogger(__name__)
 
 
 class BodySizeLimitMiddleware:
@@ -27,3 +35,103 @@ class BodySizeLimitMiddleware:
                 return JsonResponse({"detail": message}, status=413)
             return HttpResponse(message, status=413, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
+
+
+# SQLSTATEs that say "the database cannot take this connection now", not "this request is wrong".
+_BUSY_SQLSTATES = {
+    "53300": "database_connection_limit",  # too_many_connections ("remaining connection slots are reserved …")
+    "57P01": "database_unavailable",  # admin_shutdown: PostgreSQL is restarting
+    "57P02": "database_unavailable",  # crash_shutdown
+    "57P03": "database_unavailable",  # cannot_connect_now: PostgreSQL is starting up
+}
+# Connection-phase failures carry no SQLSTATE: recognised by PostgreSQL's own wording.
+_BUSY_MESSAGES = {
+    "too many clients": "database_connection_limit",
+    "too many connections": "database_connection_limit",
+    "remaining connection slots are reserved": "database_connection_limit",
+    "connection failed": "database_unavailable",
+    "the database system is starting up": "database_unavailable",
+    "the database system is shutting down": "database_unavailable",
+}
+_EXPLANATIONS = {
+    "database_pool_exhausted": "no database connection of this server came free in time",
+    "database_connection_limit": "the database has no connection slot left",
+    "database_unavailable": "the database is not accepting connections",
+}
+_MARK = "_reclaimnet_database_busy"
+
+
+def database_busy_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` means "the database is busy or away, try again shortly" (a reason code), else None.
+
+    Django wraps driver errors (``django.db.OperationalError`` with the psycopg error as its cause), so the whole
+    cause/context chain is read."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, psycopg_pool.PoolTimeout | psycopg_pool.TooManyRequests | psycopg_pool.PoolClosed):
+            return "database_pool_exhausted"
+        if isinstance(current, psycopg.OperationalError):
+            sqlstate = getattr(current, "sqlstate", None)
+            if sqlstate in _BUSY_SQLSTATES:
+                return _BUSY_SQLSTATES[sqlstate]
+            if sqlstate is None:
+                text = str(current).lower()
+                for fragment, reason in _BUSY_MESSAGES.items():
+                    if fragment in text:
+                        return reason
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def database_busy_response(request: HttpRequest, reason: str) -> HttpResponse:
+    """503 + ``Retry-After``: JSON naming the reason under /api/, a plain page elsewhere."""
+    retry_after_s = int(settings.RECLAIMNET_DB_BUSY_RETRY_AFTER_S)
+    message = f"Service busy: {_EXPLANATIONS[reason]}. Please retry in {retry_after_s} s."
+    response: HttpResponse
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": message, "reason": reason}, status=503)
+    else:
+        response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(retry_after_s)
+    return response
+
+
+def _mark_busy_request(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """``got_request_exception`` receiver: runs inside Django's handler for an exception no view caught (one from
+    another middleware, say) and remembers on the request that it was the database being busy."""
+    exc = sys.exc_info()[1]  # the signal is sent from inside the ``except`` block
+    reason = database_busy_reason(exc) if request is not None and exc is not None else None
+    if reason:
+        setattr(request, _MARK, reason)
+
+
+class DatabaseBusyMiddleware:
+    """A burst that finds every pooled connection taken (after queueing ``RECLAIMNET_DB_POOL_TIMEOUT_S``), or
+    PostgreSQL out of connection slots or restarting, is answered 503 with ``Retry-After`` — never a 500
+    (docs/design.md §10).
+
+    Views and DRF views: DRF's exception handler leaves a database error unhandled and re-raises it, so both reach
+    :meth:`process_exception`. An error raised in another middleware is turned into a 500 by Django before this
+    middleware sees it; the ``got_request_exception`` receiver marks such a request and :meth:`__call__` answers
+    503 instead. Place it near the top of ``MIDDLEWARE``.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        got_request_exception.connect(_mark_busy_request, dispatch_uid="reclaimnet-database-busy")
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        reason = getattr(request, _MARK, None)
+        if reason and response.status_code == 500:
+            return database_busy_response(request, reason)
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        reason = database_busy_reason(exception)
+        if reason is None:
+            return None
+        log.warning("answered 503 (%s) to %s %s: %s", reason, request.method, request.path, exception)
+        return database_busy_response(request, reason)

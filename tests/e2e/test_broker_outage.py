@@ -3,7 +3,8 @@
 A private ``redis-server`` on a spare port (stopping it disturbs nothing else) serves the stack: daphne, a
 Celery worker with beat and the outbox relay. With Redis stopped, a researcher submits a job and a provider
 presses emergency reclaim over HTTP: both answer 2xx. With Redis started again, the job is placed and the
-reclaim runs, each exactly once.
+reclaim runs, each exactly once. A prefork worker whose task is in flight when Redis restarts stays alive,
+reconnects and runs the next task (kombu's Redis channel used to die there, see ``portal.celery``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ import harness
 import pytest
 from simagents import RecordingAgents
 
+from tests.e2e.test_queues_slow_task import SLEEP_TASK
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+PROBE_QUEUE = "outage-probe"  # consumed only by the prefork worker of the restart test
+
 
 
 @pytest.mark.django_db
@@ -159,3 +165,26 @@ def test_writes_during_a_broker_outage_answer_2xx_and_run_exactly_once_after(out
     assert Placement.objects.get(job=job).node_id == nodes["ro-a"][0]  # not on the reclaimed node
     assert Node.objects.get(pk=target).state == "reclaimed"
     assert outbox.pending() == 0
+
+
+def test_a_prefork_worker_survives_a_redis_restart_mid_task_and_runs_the_next(outage: dict[str, Any]) -> None:
+    from portal.celery import app
+
+    st, redis = outage["stack"], outage["redis"]
+    worker = st.start_worker("ro-prefork", beat=False, pool="prefork", concurrency=2,
+                             extra_args=("-Q", PROBE_QUEUE, "-I", "tests.e2e.test_queues_slow_task"))
+    app.send_task(SLEEP_TASK, args=[5.0], queue=PROBE_QUEUE)
+    harness.wait_for(lambda: b"Task tests.sleep" in worker.log_path.read_bytes(), 30, what="a task in flight")
+
+    redis.stop()  # the worker holds an unacknowledged message: closing its channel requeues it
+    time.sleep(1.0)
+    redis.start()
+    harness.wait_for(lambda: worker.log_path.read_bytes().count(b"Connected to") >= 2 or not worker.alive(), 60,
+                     what="the worker reconnected")
+    assert worker.alive(), worker.tail()
+
+    probe = app.send_task(SLEEP_TASK, args=[0.1], queue=PROBE_QUEUE)
+    harness.wait_for(lambda: f"Task tests.sleep[{probe.id}] succeeded".encode() in worker.log_path.read_bytes()
+                     or not worker.alive(), 60, what="the next task run")
+    assert worker.alive(), worker.tail()
+    assert b"Unrecoverable error" not in worker.log_path.read_bytes()

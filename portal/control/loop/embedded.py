@@ -102,3 +102,11 @@ def ensure_started() -> None:
     loop = asyncio.get_running_loop()
     _tasks.extend([loop.create_task(_tick_loop(period_s)), loop.create_task(_relay_loop())])
     log.info("embedded control loop and outbox relay started (period %.1f s)", period_s)
+
+
+def stop() -> None:
+    """Cancel the in-process loops (daphne is shutting down): nothing they hold is lost, all of it is in the
+    database, and the next process starts them again."""
+    for task in _tasks:
+        task.cancel()
+    _tasks.clear()

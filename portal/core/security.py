@@ -1,0 +1,58 @@
+"""Security by default (docs/design.md §9.9): the client's address and the Content-Security-Policy.
+
+The settings themselves (``SECURE_*``, HSTS, cookies, the policy) are read from the environment in the
+``Security`` block at the end of ``portal/settings.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from csp.middleware import CSPMiddleware, PolicyParts
+from django.conf import settings
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+
+# The API docs pages (drf-spectacular's Swagger UI and ReDoc) load their scripts, styles and fonts from a CDN
+# and carry inline <script>/<style>; only they get this looser policy (serving their assets from the portal
+# would let them share the strict one).
+DOCS_URL_NAMES = frozenset({"api-docs", "api-redoc"})
+DOCS_CDN = "https://cdn.jsdelivr.net"
+DOCS_POLICY: dict[str, list[str]] = {
+    "script-src": ["'self'", "'unsafe-inline'", DOCS_CDN],
+    "style-src": ["'self'", "'unsafe-inline'", DOCS_CDN, "https://fonts.googleapis.com"],
+    "font-src": ["'self'", "https://fonts.gstatic.com", DOCS_CDN],
+    "img-src": ["'self'", "data:", DOCS_CDN],
+    "worker-src": ["'self'", "blob:"],
+}
+
+
+def client_address(request: Any) -> str:
+    """The address a request came from: ``REMOTE_ADDR``, or, behind ``RECLAIMNET_TRUSTED_PROXY_COUNT``
+    reverse proxies, the address the outermost of them saw (the entry that many places from the right of
+    ``X-Forwarded-For``; entries further left are whatever the client wrote and are never trusted).
+
+    Accepts Django's request or DRF's (which proxies ``META``). Login lockout and bad-token throttling key
+    their counters on this.
+    """
+    remote = str(request.META.get("REMOTE_ADDR") or "unknown")
+    proxies = int(getattr(settings, "RECLAIMNET_TRUSTED_PROXY_COUNT", 0))
+    if proxies <= 0:
+        return remote
+    hops = [hop.strip() for hop in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",") if hop.strip()]
+    if len(hops) < proxies:
+        return remote  # fewer hops than proxies: the request did not come through them all
+    return hops[-proxies]
+
+
+class PortalCSPMiddleware(CSPMiddleware):
+    """django-csp's middleware with one exception: the API docs pages get ``DOCS_POLICY`` (see above)."""
+
+    def get_policy_parts(
+        self, request: HttpRequest, response: HttpResponseBase, report_only: bool = False
+    ) -> PolicyParts:
+        parts = super().get_policy_parts(request, response, report_only)
+        match = getattr(request, "resolver_match", None)
+        if match is not None and match.url_name in DOCS_URL_NAMES:
+            parts.replace = {**(parts.replace or {}), **DOCS_POLICY}
+        return parts
