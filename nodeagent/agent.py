@@ -1,8 +1,18 @@
 """The node agent: websocket to the portal, heartbeats, job runner, checkpoint data plane (design §1-§4).
 
 Messages are JSON objects with a ``type``; the portal's side of the protocol is ``portal/control/link/protocol.py``.
-Events that must not be lost (checkpoint done, job exited, transfer results) wait in an outbox while the
-websocket is down and are flushed on reconnect; heartbeats are not queued.
+Nothing is lost on the link (design §9.9):
+
+- reports that must not be lost (checkpoint done, job started/exited, transfer results, kill-switch engaged,
+  checkpoints dropped) carry a ``msg_id`` and stay in :attr:`Agent.pending` until the portal answers
+  ``received``: they are sent again after every reconnect and every :data:`RESEND_S` while connected;
+  heartbeats are not kept;
+- every command is acknowledged (``ack``, the ids of commands arriving together in one message); one whose
+  ``cmd_id`` was seen already (the portal re-sends until the
+  ack arrives) is acked again and not executed twice, and one older than the newest of its subject
+  (``supersede_key``/``issued_us``) is not executed at all;
+- the hello lists the checkpoints the agent holds, and a checkpoint that disappears (pruned by the job,
+  dropped on request, found corrupt) is reported, so the portal never restores from a copy that is gone.
 """
 
 from __future__ import annotations
@@ -12,9 +22,12 @@ import contextlib
 import json
 import logging
 import random
+import re
 import signal
 import time
-from collections import deque
+import uuid
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import websockets
@@ -40,6 +53,37 @@ log = logging.getLogger("nodeagent")
 
 AGENT_VERSION = "0.1.0"
 AUTH_CLOSE_CODES = {4401, 4403}  # the portal refused the token: retrying will not help
+RESEND_S = 5.0  # an unanswered reliable report is sent again this often while connected
+RESEND_PACE_S = 0.1  # between re-sent reports: 10 a second, well inside the portal's 20 a second per agent
+MAX_PENDING = 10_000  # reliable reports kept unanswered (the oldest is dropped beyond, with a warning)
+PENDING_MAX_AGE_S = 86_400.0  # a report unanswered for a day is given up (the portal keeps its ids a day)
+SEEN_COMMANDS = 4096  # command ids remembered to refuse duplicates
+ACK_DELAY_S = 0.02  # acks of commands arriving together go in one message (a burst stays under the rate limit)
+ACKS_PER_MESSAGE = 256
+HELD_SCAN_EVERY = 10  # watch-loop passes (100 ms each) between scans of the checkpoints held
+RESTORE_FAILED = "restore checkpoint missing or corrupt"  # the reason the portal recognises
+HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a sha256 the portal accepts (a job writes its own manifests)
+
+
+def bounded_put(memory: OrderedDict[str, Any], key: str, value: Any, limit: int) -> None:
+    """Remember ``key`` → ``value`` as the newest entry, forgetting the oldest beyond ``limit``."""
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > limit:
+        memory.popitem(last=False)
+
+
+def held_checkpoints(data_dir: Path) -> dict[str, dict[int, jobkit.Manifest]]:
+    """The checkpoints this agent holds (its jobs' and the replicas it received), by job id and sequence."""
+    out: dict[str, dict[int, jobkit.Manifest]] = {}
+    root = data_dir / "ckpt"
+    if not root.is_dir():
+        return out
+    for job_dir in sorted(root.iterdir()):
+        manifests = jobkit.list_manifests(job_dir) if job_dir.is_dir() else []
+        if manifests:
+            out[job_dir.name] = {m.sequence: m for m in manifests}
+    return out
 
 
 class Agent:
@@ -51,7 +95,14 @@ class Agent:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.gpus: list[GpuInfo] = []
         self.jobs: dict[str, RunningJob] = {}
-        self.outbox: deque[dict[str, Any]] = deque(maxlen=10_000)
+        # msg_id → [report, monotonic time it was last sent (-inf: never)], oldest first
+        self.pending: OrderedDict[str, list[Any]] = OrderedDict()
+        self.seen_commands: OrderedDict[str, None] = OrderedDict()
+        self.newest_issued: OrderedDict[str, int] = OrderedDict()  # supersede key → newest issued_us executed
+        self.held: dict[str, dict[int, str]] = {}  # job id → {sequence: sha256} last known on disk
+        self.flushing = False  # True from a welcome until the unanswered reports were sent again
+        self._acks: list[str] = []  # command ids to acknowledge in the next ack message
+        self._ack_task: asyncio.Task[None] | None = None
         self.ws: ClientConnection | None = None
         self.node_id: int | None = None
         self.heartbeat_interval_s = config.heartbeat_interval_s
@@ -65,6 +116,7 @@ class Agent:
         self._deadline_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
+        self._passes = 0
         self.stopping = asyncio.Event()
         self.auth_refused = False
 
@@ -74,6 +126,7 @@ class Agent:
         host, port = await self.receiver.start(self.config.data_host, self.config.data_port)
         self.data_addr = (self.config.advertise_host or host, port)
         self.gpus = inventory(self.config.simulate_gpus, self.config.token[-6:])
+        self.held = self._scan_held()
         log.info("data server on %s:%d, %d GPU(s) (%s), edge %s", *self.data_addr, len(self.gpus),
                  "simulated" if self.gpus and self.gpus[0].simulated else "NVML", self.edge.backend_name)
         watcher = asyncio.create_task(self._watch_loop())
@@ -105,7 +158,7 @@ class Agent:
 
         1. Connect with the node token in the Authorization header (the portal closes 4401/4403 if refused).
         2. Send hello (inventory, data address, running jobs), wait for welcome.
-        3. Flush the outbox, then run the heartbeat loop and the receive loop until the connection drops.
+        3. Send the unanswered reports again, then run the heartbeat, re-send and receive loops until the connection drops.
         """
         headers = {"Authorization": f"Bearer {self.config.token}"}
         try:
@@ -126,15 +179,15 @@ class Agent:
             if bool(welcome.get("killswitch")) != self.killswitch:  # the portal's view wins after a reconnect
                 await self._cmd_killswitch({"engaged": bool(welcome.get("killswitch")), "stop_jobs": True})
             log.info("connected as node %s", self.node_id)
-            while self.outbox:
-                await ws.send(json.dumps(self.outbox[0]))
-                self.outbox.popleft()
+            self.flushing = True  # new reports queue behind the unanswered ones until those are sent again
             hb = asyncio.create_task(self._heartbeat_loop(ws))
+            resender = asyncio.create_task(self._resend_loop(ws))
             try:
                 async for raw in ws:
                     await self._on_message(raw)
             finally:
                 hb.cancel()
+                resender.cancel()
         except websockets.ConnectionClosed as exc:
             if exc.rcvd is not None and exc.rcvd.code in AUTH_CLOSE_CODES:
                 self.auth_refused = True
@@ -145,6 +198,10 @@ class Agent:
                 await ws.close()
 
     def _hello(self) -> dict[str, Any]:
+        """Inventory, data address, running jobs and the checkpoints held (newest first per job, at most 512)."""
+        held = [{"job_id": int(j), "sequence": seq, "sha256": sha}
+                for j, seqs in sorted(self.held.items()) if j.isdigit() and 0 < int(j) < 2**63
+                for seq, sha in sorted(seqs.items(), reverse=True) if 0 < seq < 2**63 and HEX64.match(sha)]
         return {
             "type": "hello",
             "agent_version": AGENT_VERSION,
@@ -153,19 +210,68 @@ class Agent:
             "data_port": self.data_addr[1],
             "jobs": [{"job_id": int(j), "step": r.step()} for j, r in self.jobs.items() if j.isdigit()],
             "edge_backend": self.edge.backend_name,
+            "checkpoints": held[:512],
+            "checkpoints_truncated": len(held) > 512,
         }
 
     async def send(self, message: dict[str, Any], reliable: bool = True) -> None:
-        """Send now if connected; otherwise keep ``reliable`` messages for the next session."""
-        ws = self.ws
-        if ws is not None:
-            try:
-                await ws.send(json.dumps(message))
-                return
-            except websockets.ConnectionClosed:
-                pass
+        """Send now if connected. A ``reliable`` report gets a ``msg_id`` and is kept until the portal answers
+        ``received`` (sent again after a reconnect and every RESEND_S)."""
+        now = time.monotonic()
         if reliable:
-            self.outbox.append(message)
+            msg_id = message.setdefault("msg_id", uuid.uuid4().hex)
+            if len(self.pending) >= MAX_PENDING:
+                log.warning("more than %d unanswered reports: the oldest is dropped", MAX_PENDING)
+            bounded_put(self.pending, msg_id, [message, -float("inf"), now], MAX_PENDING)
+        ws = self.ws
+        if ws is None or (reliable and self.flushing):
+            return  # sent by the re-send loop, in order
+        try:
+            await ws.send(json.dumps(message))
+        except websockets.ConnectionClosed:
+            return
+        if reliable and message["msg_id"] in self.pending:
+            self.pending[message["msg_id"]][1] = now
+
+    async def _resend_pending(self, ws: ClientConnection, older_than_s: float, pace_s: float = 0.0) -> int:
+        """Send again, oldest first, the reports unanswered and last sent more than ``older_than_s`` ago (also
+        those queued while this pass runs), ``pace_s`` apart."""
+        sent = 0
+        started = time.monotonic()
+        done: set[str] = set()
+        while True:
+            now = time.monotonic()
+            due = None
+            for msg_id, entry in list(self.pending.items()):
+                if msg_id in done:
+                    continue
+                if now - entry[2] > PENDING_MAX_AGE_S:
+                    log.warning("report %s %s unanswered for a day: given up", entry[0].get("type"), msg_id)
+                    self.pending.pop(msg_id, None)
+                    continue
+                if entry[1] <= started - older_than_s or entry[1] == -float("inf"):
+                    due = (msg_id, entry)
+                    break
+            if due is None:
+                return sent
+            msg_id, entry = due
+            done.add(msg_id)
+            await ws.send(json.dumps(entry[0]))
+            entry[1] = time.monotonic()
+            sent += 1
+            if pace_s:
+                await asyncio.sleep(pace_s)
+
+    async def _resend_loop(self, ws: ClientConnection) -> None:
+        """Right after the welcome: every unanswered report, in order, paced (new ones queue behind); then
+        every RESEND_S, those still unanswered."""
+        try:
+            await self._resend_pending(ws, older_than_s=0.0, pace_s=RESEND_PACE_S)
+        finally:
+            self.flushing = False
+        while True:
+            await asyncio.sleep(RESEND_S)
+            await self._resend_pending(ws, older_than_s=RESEND_S, pace_s=RESEND_PACE_S)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -195,8 +301,26 @@ class Agent:
             except Exception:  # one bad pass must not stop job exit reports for good; the next re-reads all
                 log.exception("watch loop pass failed")
 
+    def _scan_held(self) -> dict[str, dict[int, str]]:
+        return {j: {seq: m.sha256 for seq, m in seqs.items()} for j, seqs in held_checkpoints(self.data_dir).items()}
+
+    async def sync_held(self) -> None:
+        """Report the checkpoints that disappeared since the last scan (pruned by the job, dropped, removed as
+        corrupt or abandoned on a restore) — reliably, so the portal stops counting on them."""
+        now_held = self._scan_held()
+        before, self.held = self.held, now_held
+        for job_id, seqs in sorted(before.items()):
+            gone = sorted(seq for seq, sha in seqs.items()
+                          if now_held.get(job_id, {}).get(seq) != sha and 0 < seq < 2**63)
+            if gone and job_id.isdigit():
+                await self.send({"type": "checkpoints_dropped", "job_id": int(job_id), "sequences": gone[:256],
+                                 "reason": "no longer held"})
+
     async def _watch_once(self) -> None:
-        """Sample egress; report new checkpoints (manifests) and exited jobs."""
+        """Sample egress; report new checkpoints (manifests), exited jobs and checkpoints no longer held."""
+        self._passes += 1
+        if self._passes % HELD_SCAN_EVERY == 0:
+            await self.sync_held()
         self.egress.sample()
         for job_id, run in list(self.jobs.items()):
             await self._report_checkpoints(job_id, run)
@@ -209,10 +333,11 @@ class Agent:
                                  "reason": run.stop_reason or ("completed" if code == 0 else "exited")})
 
     async def _report_checkpoints(self, job_id: str, run: RunningJob) -> None:
-        """Send checkpoint_done for each of the job's checkpoints not reported yet (the outbox keeps them)."""
+        """Send checkpoint_done (reliably) for each of the job's checkpoints not reported yet."""
         for manifest in jobkit.list_manifests(run.ckpt_dir):
             if manifest.sequence not in run.reported_sequences:
                 run.reported_sequences.add(manifest.sequence)
+                self.held.setdefault(job_id, {})[manifest.sequence] = manifest.sha256  # its pruning is reported
                 await self.send(self._checkpoint_message(job_id, manifest))
 
     @staticmethod
@@ -229,6 +354,9 @@ class Agent:
         except (ValueError, KeyError, TypeError):
             log.warning("unreadable message from the portal ignored")
             return
+        if kind == "received":  # the portal handled (or refused for good) a reliable report
+            self.pending.pop(str(msg.get("msg_id")), None)
+            return
         handler = getattr(self, f"_cmd_{kind}", None)
         if handler is None:
             if kind != "error":
@@ -236,12 +364,48 @@ class Agent:
             else:
                 log.warning("portal rejected a message: %s", msg.get("reason"))
             return
-        if "cmd_id" in msg:
-            await self.send({"type": "ack", "cmd_id": msg["cmd_id"], "t": time.time()}, reliable=False)
+        cmd_id = msg.get("cmd_id")
+        if isinstance(cmd_id, str):
+            self._ack(cmd_id)
+            if cmd_id in self.seen_commands:
+                log.info("command %s %s received again: acked, not executed twice", kind, cmd_id)
+                return
+            bounded_put(self.seen_commands, cmd_id, None, SEEN_COMMANDS)
+        if not self._newest_of_subject(msg):
+            log.info("command %s %s is older than one already executed for %s: skipped", kind, cmd_id,
+                     msg.get("supersede_key"))
+            return
         try:
             await handler(msg)
         except Exception:
             log.exception("command %s failed", kind)
+
+    def _ack(self, cmd_id: str) -> None:
+        """Acknowledge ``cmd_id`` in the next ack message (sent ACK_DELAY_S from the first one waiting)."""
+        if cmd_id not in self._acks:
+            self._acks.append(cmd_id)
+        if self._ack_task is None or self._ack_task.done():
+            self._ack_task = asyncio.create_task(self._send_acks_later())
+
+    async def _send_acks_later(self) -> None:
+        await asyncio.sleep(ACK_DELAY_S)
+        await self.flush_acks()
+
+    async def flush_acks(self) -> None:
+        """Send the waiting acks, ACKS_PER_MESSAGE to a message (not kept: an unacked command is re-sent)."""
+        while self._acks:
+            ids, self._acks = self._acks[:ACKS_PER_MESSAGE], self._acks[ACKS_PER_MESSAGE:]
+            await self.send({"type": "ack", "cmd_id": ids[0], "cmd_ids": ids, "t": time.time()}, reliable=False)
+
+    def _newest_of_subject(self, msg: dict[str, Any]) -> bool:
+        """Whether ``msg`` is at least as new as every executed command of its subject (and remember it)."""
+        key, issued = msg.get("supersede_key"), msg.get("issued_us")
+        if not isinstance(key, str) or not isinstance(issued, int) or isinstance(issued, bool):
+            return True
+        if issued < self.newest_issued.get(key, issued):
+            return False
+        bounded_put(self.newest_issued, key, issued, SEEN_COMMANDS)
+        return True
 
     def _compat(self, gpus: list[int]) -> dict[str, str]:
         chosen = [g for g in self.gpus if g.index in gpus] or self.gpus
@@ -262,14 +426,21 @@ class Agent:
                              "result": {}, "reason": "killswitch engaged"})
             return
         restore = msg.get("restore_sequence")
+        restored_step = None
         if restore is not None:
             ckpt = store_dir(self.data_dir, job_id)
             manifests = {m.sequence: m for m in jobkit.list_manifests(ckpt)}
             m = manifests.get(int(restore))
             if m is None or m.sha256 != msg.get("restore_sha256") or not jobkit.verify(ckpt, m):
+                if m is not None and not jobkit.verify(ckpt, m):
+                    jobkit.remove_checkpoint(ckpt, m.sequence)  # corrupt: never offered again
+                await self.send({"type": "checkpoints_dropped", "job_id": int(job_id), "sequences": [int(restore)],
+                                 "reason": RESTORE_FAILED})
+                await self.sync_held()
                 await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": -1, "step": 0,
-                                 "result": {}, "reason": "restore checkpoint missing or corrupt"})
+                                 "result": {}, "reason": RESTORE_FAILED, "restore_sequence": int(restore)})
                 return
+            restored_step = m.step
         run = start_job(
             data_dir=self.data_dir, base_dir=self.config.base_dir, job_id=job_id, command=msg["command"],
             gpus=list(msg.get("gpus", [])), interval_s=msg.get("interval_s"),
@@ -277,7 +448,9 @@ class Agent:
             compat=self._compat(list(msg.get("gpus", []))), kill_with_agent=self.config.kill_jobs_on_agent_exit,
         )
         self.jobs[job_id] = run
-        await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": restore})
+        await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": restore,
+                         "restored_step": restored_step})
+        await self.sync_held()  # checkpoints newer than the one restored were abandoned
 
     async def _cmd_checkpoint(self, msg: dict[str, Any]) -> None:
         run = self.jobs.get(str(msg["job_id"]))
@@ -343,6 +516,8 @@ class Agent:
         control.set_rate(self.edge, float(rate))
 
     async def _on_received(self, transfer_id: str, manifest: dict[str, Any]) -> None:
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            self.held.setdefault(str(manifest["job_id"]), {})[int(manifest["sequence"])] = str(manifest["sha256"])
         await self.send({"type": "transfer_received", "transfer_id": transfer_id, "sha256": manifest["sha256"],
                          "size_bytes": int(manifest["size_bytes"])})
 
@@ -355,12 +530,16 @@ class Agent:
         for m in jobkit.list_manifests(ckpt):
             if m.sequence < int(msg.get("keep_from", 0)) and str(msg["job_id"]) not in self.jobs:
                 jobkit.remove_checkpoint(ckpt, m.sequence)
+        await self.sync_held()
 
     async def _cmd_reclaim_notice(self, msg: dict[str, Any]) -> None:
         """Warn → drain → force (design §1): whatever the portal manages, force at the deadline locally."""
         if self._deadline_task is not None:
             self._deadline_task.cancel()
         delay_s = max(0.0, float(msg.get("deadline_in_s", 0.0)))
+        deadline_at = msg.get("deadline_at")
+        if isinstance(deadline_at, int | float) and not isinstance(deadline_at, bool):  # a late copy: not later
+            delay_s = max(0.0, min(delay_s, float(deadline_at) - time.time()))
         self._deadline_task = asyncio.create_task(self._force_at(delay_s))
 
     async def _force_at(self, delay_s: float) -> None:
@@ -386,7 +565,7 @@ class Agent:
             for run in self.jobs.values():
                 run.stop_reason = run.stop_reason or reason
                 run.signal(signal.SIGKILL)
-        await self.send({"type": "killswitch_engaged", "reason": reason, "t": time.time()}, reliable=False)
+        await self.send({"type": "killswitch_engaged", "reason": reason, "t": time.time()})
 
     def shutdown(self) -> None:
         self.stopping.set()

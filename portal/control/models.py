@@ -119,6 +119,9 @@ class MigrationWork(models.Model):
     phase_entered_at = models.DateTimeField(null=True, blank=True)
     phase_deadline_at = models.DateTimeField(null=True, blank=True)
     phase_attempts = models.PositiveIntegerField(default=0)
+    # Starts that failed because the destination did not hold the checkpoint to restore: each marks that copy
+    # gone and sends the migration back to placement; past MAX_RESTORE_FAILURES it restarts from scratch.
+    restore_failures = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-requested_at", "-id"]
@@ -201,3 +204,69 @@ class RejectedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"refused {self.message_type or 'message'} from node {self.node_id}: {self.reason}"
+
+
+class AgentCommand(models.Model):
+    """One command to a node agent, kept until the agent acknowledges it (design §9.9).
+
+    Written in the caller's transaction, pushed after commit, marked acked when the agent's ``ack`` arrives;
+    re-sent on the agent's reconnect and by the reconciler until acked, superseded or expired. A command with a
+    ``supersede_key`` (its subject: a node's kill-switch state or reclaim notice, a job's interval or start, a
+    transfer's rate) replaces every older unacked command of the same key, which is never sent
+    again.
+    """
+
+    node = models.ForeignKey("core.Node", on_delete=models.CASCADE, related_name="+")
+    cmd_id = models.CharField(max_length=32, unique=True)
+    kind = models.CharField(max_length=32)
+    payload = models.JSONField()
+    supersede_key = models.CharField(max_length=96, blank=True, default="")
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    next_send_at = models.DateTimeField()
+    acked_at = models.DateTimeField(null=True, blank=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["node", "created_at"], name="agentcmd_pending_by_node",
+                         condition=models.Q(acked_at__isnull=True, superseded_at__isnull=True)),
+            models.Index(fields=["next_send_at"], name="agentcmd_pending_due",
+                         condition=models.Q(acked_at__isnull=True, superseded_at__isnull=True)),
+            models.Index(fields=["supersede_key"], name="agentcmd_pending_key",
+                         condition=models.Q(acked_at__isnull=True, superseded_at__isnull=True)),
+            models.Index(fields=["expires_at"], name="agentcmd_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.cmd_id} to node {self.node_id}"
+
+
+class ReceivedReport(models.Model):
+    """A reliable agent report the portal has handled (design §9.9): inserted in the handler's transaction, so
+    a report re-sent by the agent is answered again but never handled twice. Pruned after a day."""
+
+    node = models.ForeignKey("core.Node", on_delete=models.CASCADE, related_name="+")
+    msg_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32)
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "msg_id"], name="received_report_once")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.msg_id} from node {self.node_id}"
+
+
+class LinkCounter(models.Model):
+    """A campus-wide count of agent-link events (unauthenticated attempts, dropped messages), added to by each
+    portal process every few seconds instead of one row per event (design §9.9); ``/metrics`` reports them."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value}"

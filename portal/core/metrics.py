@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from portal.control.models import LinkCounter
 from portal.core.services.summary import utilization_summary
 from portal.env import env_str
 
@@ -54,6 +55,12 @@ class CampusCollector:
             "reclaimnet_work_lost_gpu_hours", "Work lost to reclaims (GPU-hours)",
             value=summary["work_lost_gpu_hours"],
         )
+        link = CounterMetricFamily(
+            "reclaimnet_agent_link_events", "Agent-link events: unauthenticated websocket attempts (auth_refused), "
+            "messages dropped over the per-session rate, sessions closed for flooding", labels=["event"])
+        for name, value in LinkCounter.objects.order_by("name").values_list("name", "value"):
+            link.add_metric([name], value)
+        yield link
         yield GaugeMetricFamily("reclaimnet_gpus", "GPUs registered", value=summary["gpus_total"])
         yield GaugeMetricFamily(
             "reclaimnet_gpus_lendable", "Lendable GPUs on online nodes", value=summary["gpus_lendable_online"]

@@ -15,10 +15,12 @@ import pytest
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings() -> None:
-    """Our own test database name: other suites may be using ``test_reclaimnet`` on the same server."""
+    """Our own test database name, derived from the configured one: other suites (and other checkouts' runs of
+    this one, the e2e suite's ``test_reclaimnet_e2e``) may be using the same server."""
     from django.conf import settings
 
-    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = "test_reclaimnet_e2e"
+    base = settings.DATABASES["default"].get("NAME") or "reclaimnet"
+    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{base}_control"
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -325,3 +326,146 @@ async def test_second_connection_for_a_transfer_in_progress_is_refused(tmp_path:
         await asyncio.sleep(0)
     finally:
         await rx.close()
+
+
+# --- the reliable link, agent side (design §9.9) ---------------------------------------------------------------
+class _Socket:
+    """Stands in for the agent's websocket: keeps what the agent sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def send(self, text: str) -> None:
+        self.sent.append(json.loads(text))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [m for m in self.sent if m.get("type") == kind]
+
+
+def _agent(tmp_path: Path) -> Any:
+    from nodeagent.agent import Agent
+
+    cfg = build_config({"token": "t", "portal": "ws://127.0.0.1:1", "data_dir": str(tmp_path / "data"),
+                        "enforcement": "off"}, {})
+    agent = Agent(cfg)
+    agent.ws = _Socket()
+    return agent
+
+
+@pytest.mark.asyncio
+async def test_a_command_received_twice_is_acked_twice_and_executed_once(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    ran: list[dict[str, Any]] = []
+
+    async def stop(msg: dict[str, Any]) -> None:
+        ran.append(msg)
+
+    agent._cmd_stop_job = stop
+    cmd = json.dumps({"type": "stop_job", "cmd_id": "c1", "job_id": 4, "reason": "x"})
+    await agent._on_message(cmd)
+    await agent.flush_acks()
+    await agent._on_message(cmd)
+    await agent.flush_acks()
+    assert len(ran) == 1
+    assert [m["cmd_ids"] for m in agent.ws.of("ack")] == [["c1"], ["c1"]]  # acked again, not run again
+    assert not agent.pending  # acks are not kept for re-sending
+
+
+@pytest.mark.asyncio
+async def test_an_older_command_of_a_subject_arriving_late_is_not_executed(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    ran: list[float] = []
+
+    async def interval(msg: dict[str, Any]) -> None:
+        ran.append(msg["interval_s"])
+
+    agent._cmd_set_interval = interval
+    for cmd_id, issued, value in (("new", 200, 20.0), ("old", 100, 10.0)):
+        await agent._on_message(json.dumps({"type": "set_interval", "cmd_id": cmd_id, "job_id": 1,
+                                            "interval_s": value, "supersede_key": "set_interval:1",
+                                            "issued_us": issued}))
+    await agent.flush_acks()
+    assert ran == [20.0] and agent.ws.of("ack")[0]["cmd_ids"] == ["new", "old"]  # both acked, in one message
+
+
+@pytest.mark.asyncio
+async def test_the_command_memory_is_bounded(tmp_path: Path) -> None:
+    from nodeagent.agent import SEEN_COMMANDS
+
+    agent = _agent(tmp_path)
+    for k in range(SEEN_COMMANDS + 10):
+        await agent._on_message(json.dumps({"type": "set_interval", "cmd_id": f"c{k}", "job_id": 1}))
+    assert len(agent.seen_commands) == SEEN_COMMANDS and "c0" not in agent.seen_commands
+
+
+@pytest.mark.asyncio
+async def test_a_report_is_kept_until_the_portal_answers_and_is_resent_in_order(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    agent.ws = None  # disconnected: kept
+    await agent.send({"type": "job_started", "job_id": 1, "restored_sequence": None})
+    await agent.send({"type": "job_exited", "job_id": 1, "returncode": 0, "step": 3, "result": {}, "reason": "x"})
+    await agent.send({"type": "heartbeat", "seq": 1}, reliable=False)  # heartbeats are not kept
+    assert [m["type"] for m, *_ in agent.pending.values()] == ["job_started", "job_exited"]
+    sock = _Socket()
+    agent.ws, agent.flushing = sock, True  # reconnected: a new report waits behind the unanswered ones
+    await agent.send({"type": "checkpoints_dropped", "job_id": 1, "sequences": [1], "reason": "x"})
+    assert not sock.sent
+    assert await agent._resend_pending(sock, older_than_s=0.0) == 3  # on reconnect, in their order
+    assert [m["type"] for m in sock.sent] == ["job_started", "job_exited", "checkpoints_dropped"]
+    assert await agent._resend_pending(sock, older_than_s=60.0) == 0  # just sent: not yet again
+    first = sock.sent[0]["msg_id"]
+    await agent._on_message(json.dumps({"type": "received", "msg_id": first}))
+    assert [m["type"] for m, *_ in agent.pending.values()] == ["job_exited", "checkpoints_dropped"]
+    assert await agent._resend_pending(sock, older_than_s=0.0) == 2
+    assert sock.sent[3]["msg_id"] == sock.sent[1]["msg_id"]  # the same id: the portal de-duplicates
+
+
+@pytest.mark.asyncio
+async def test_hello_lists_what_is_held_and_a_pruned_checkpoint_is_reported(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    ck = jobkit.Checkpointer(store_dir(agent.data_dir, "12"), job_id="12", keep_last=2, install_signals=False)
+    ck.checkpoint(1, {"w": np.zeros(2)})
+    second = ck.checkpoint(2, {"w": np.ones(2)})
+    agent.held = agent._scan_held()
+    hello = agent._hello()
+    assert [(h["job_id"], h["sequence"]) for h in hello["checkpoints"]] == [(12, 2), (12, 1)]
+    assert hello["checkpoints"][0]["sha256"] == second.sha256 and not hello["checkpoints_truncated"]
+    ck.checkpoint(3, {"w": np.ones(2)})  # the job prunes sequence 1
+    await agent.sync_held()
+    dropped = agent.ws.of("checkpoints_dropped")
+    assert [(d["job_id"], d["sequences"]) for d in dropped] == [(12, [1])] and dropped[0]["msg_id"] in agent.pending
+    await agent.sync_held()
+    assert len(agent.ws.of("checkpoints_dropped")) == 1  # reported once
+
+
+@pytest.mark.asyncio
+async def test_a_start_whose_restore_checkpoint_is_missing_or_corrupt_reports_it_and_starts_nothing(
+        tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    ck = jobkit.Checkpointer(store_dir(agent.data_dir, "9"), job_id="9", install_signals=False)
+    corrupt = ck.checkpoint(1, {"w": np.zeros(4)})
+    agent.held = agent._scan_held()
+    (ck.ckpt_dir / corrupt.file).write_bytes(b"garbage")
+    for seq, sha in ((1, corrupt.sha256), (5, "a" * 64)):  # corrupt here; never here
+        await agent._on_message(json.dumps({"type": "start_job", "cmd_id": f"s{seq}", "job_id": 9,
+                                            "command": "python -c pass", "restore_sequence": seq,
+                                            "restore_sha256": sha}))
+    assert not agent.jobs
+    exits = agent.ws.of("job_exited")
+    assert [(e["reason"], e["restore_sequence"]) for e in exits] == [
+        ("restore checkpoint missing or corrupt", 1), ("restore checkpoint missing or corrupt", 5)]
+    assert {s for d in agent.ws.of("checkpoints_dropped") for s in d["sequences"]} == {1, 5}
+    assert not jobkit.list_manifests(ck.ckpt_dir)  # the corrupt one is removed, never offered again
+    assert not agent._hello()["checkpoints"]
+
+
+@pytest.mark.asyncio
+async def test_a_late_copy_of_a_reclaim_notice_does_not_push_the_deadline_out(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    await agent._on_message(json.dumps({"type": "reclaim_notice", "cmd_id": "n1", "reclaim_id": 1,
+                                        "deadline_in_s": 3600.0, "deadline_at": time.time() - 1.0}))
+    for _ in range(50):
+        if agent.killswitch:
+            break
+        await asyncio.sleep(0.02)
+    assert agent.killswitch  # the deadline had passed: forced now, not in an hour

@@ -38,12 +38,12 @@ def test_a_reclaim_whose_task_never_ran_is_planned_and_a_fresh_one_is_left_alone
         reclaims[node.pk] = ReclaimEvent.objects.create(node=node, kind="emergency", notice_s=0,
                                                         deadline_at=timezone.now())
         ReclaimEvent.objects.filter(pk=reclaims[node.pk].pk).update(requested_at=_ago(age_s))
-    assert reconcile() == {"reclaims": 1, "migrations": 0}
+    assert reconcile() == {"reclaims": 1, "migrations": 0, "commands": 0}
     work = ReclaimWork.objects.get(reclaim=reclaims[lost.pk])
     assert work.phase == "recovered"
     assert ReclaimEvent.objects.get(pk=reclaims[lost.pk].pk).finished_at is not None
     assert not ReclaimWork.objects.filter(reclaim=reclaims[fresh.pk]).exists()
-    assert reconcile() == {"reclaims": 0, "migrations": 0}  # done: nothing to redo
+    assert reconcile() == {"reclaims": 0, "migrations": 0, "commands": 0}  # done: nothing to redo
 
 
 def test_a_received_transfer_whose_advance_was_lost_starts_the_job_on_its_destination() -> None:
@@ -78,7 +78,7 @@ def test_a_received_transfer_whose_advance_was_lost_starts_the_job_on_its_destin
                                 expires_at=timezone.now() + dt.timedelta(minutes=5),
                                 finished_at=_ago(30) if transfer_state == TransferState.RECEIVED else None)
         moving.append((job, mig))
-    assert reconcile() == {"reclaims": 0, "migrations": 1}
+    assert reconcile() == {"reclaims": 0, "migrations": 1, "commands": 0}
     (received_job, received), (issued_job, issued) = moving
     assert MigrationWork.objects.get(migration=received).phase == MigrationPhase.STARTING
     assert Placement.objects.get(job=received_job, ended_at__isnull=True).node_id == dst.pk

@@ -1,5 +1,9 @@
 """Many protocol-speaking node agents in one asyncio loop (a thread of the test process), recording every
-command the portal sends them. For tests that count commands (exactly once) rather than run real jobs."""
+command the portal sends them. For tests that count commands (exactly once) rather than run real jobs.
+
+They speak the agent's protocol (design §9.9): every command is acknowledged (``ack``); a command whose
+``cmd_id`` was seen before (the portal re-sends until the ack arrives) is acked again, counted in
+``duplicates`` and not recorded twice; they send no reliable reports, so they wait for no ``received``."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -22,6 +27,8 @@ class RecordingAgents:
         self.url = url
         self.tokens = tokens
         self.commands: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        self.seen_ids: dict[int, set[str]] = defaultdict(set)
+        self.duplicates = 0  # commands received again (re-sent before their ack arrived)
         self.running: dict[int, list[int]] = defaultdict(list)  # job ids each agent reports it runs
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
@@ -59,8 +66,17 @@ class RecordingAgents:
                     beating = asyncio.create_task(beat())
                     try:
                         async for raw in ws:
+                            msg = json.loads(raw)
+                            cmd_id = msg.get("cmd_id")
+                            if isinstance(cmd_id, str):
+                                await ws.send(json.dumps({"type": "ack", "cmd_id": cmd_id, "t": time.time()}))
                             with self.lock:
-                                self.commands[node_id].append(json.loads(raw))
+                                if isinstance(cmd_id, str) and cmd_id in self.seen_ids[node_id]:
+                                    self.duplicates += 1
+                                    continue
+                                if isinstance(cmd_id, str):
+                                    self.seen_ids[node_id].add(cmd_id)
+                                self.commands[node_id].append(msg)
                     finally:
                         beating.cancel()
             except asyncio.CancelledError:

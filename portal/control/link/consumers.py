@@ -4,6 +4,15 @@ Authentication: the node's agent token in ``Authorization: Bearer …`` (refused
 HTTP 403), or — for clients that cannot set headers — in the first message ``{"type": "hello", "token": …}``
 within :data:`AUTH_TIMEOUT_S` (refused with close code 4401). The consumer declares and translates; the work is
 in :mod:`portal.control.link.handlers`.
+
+Nothing is lost on the link (design §9.9): right after the welcome the consumer sends the node's unacknowledged
+commands again, in their original order; a reliable report (one with a ``msg_id``) is answered ``received`` once
+its transaction committed or it was refused for good (a refusal is an answer). A transient database error is
+not an answer: the agent sends the report again.
+
+Agents are untrusted input: each session may send 20 messages a second (:mod:`portal.control.link.limits`); the
+excess is dropped and counted, the agent warned, and a session that keeps flooding is closed (4429).
+Unauthenticated attempts are counted (``/metrics``), not written as a row each.
 """
 
 from __future__ import annotations
@@ -16,9 +25,9 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError, IntegrityError
 
-from portal.control.link import handlers
+from portal.control.link import commands, handlers, limits
 from portal.control.link.commands import agent_group
 from portal.control.link.protocol import ProtocolError, decode, validate
 from portal.control.loop import embedded
@@ -28,6 +37,7 @@ log = logging.getLogger(__name__)
 AUTH_TIMEOUT_S = 5.0
 CLOSE_AUTH = 4401
 CLOSE_SUPERSEDED = 4409
+CLOSE_FLOODING = 4429
 
 
 def _bearer(scope: dict[str, Any]) -> str | None:
@@ -46,14 +56,25 @@ class AgentConsumer(AsyncWebsocketConsumer):
     session_id: int | None = None
     _token: str = ""  # re-checked at every heartbeat: a token revoked or rotated mid-session ends the session
     _auth_timer: asyncio.Task[None] | None = None
+    _budget: limits.SessionBudget | None = None
+
+    async def _count(self, event: str) -> None:
+        """Count a link event; add this process's counts to the database when a flush is due."""
+        limits.count(event)
+        if limits.flush_due():
+            try:
+                await database_sync_to_async(limits.flush)()
+            except DatabaseError:
+                log.warning("agent-link counters not written now; kept for the next flush", exc_info=True)
 
     async def connect(self) -> None:
         """1. Header token → node (refuse 403 if unknown/revoked). 2. No header: accept, wait for a hello+token."""
+        self._budget = limits.new_budget()
         token = _bearer(self.scope)
         if token is not None:
             node_id = await database_sync_to_async(handlers.authenticate)(token)
             if node_id is None:
-                await database_sync_to_async(handlers.record_rejection)(None, "unknown or revoked agent token", "")
+                await self._count(limits.AUTH_REFUSED)
                 log.warning("agent refused: unknown or revoked token (header)")
                 await self.close(code=CLOSE_AUTH)
                 return
@@ -88,13 +109,36 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await database_sync_to_async(handlers.close_session)(self.session_id, f"closed ({code})")
 
     async def _reject(self, reason: str, kind: str = "") -> None:
-        """Refuse one message: log, record, tell the agent; nothing else changes."""
+        """Refuse one message: log, record (count it, before authentication), tell the agent; nothing else
+        changes."""
         log.warning("agent message refused (node %s, %s): %s", self.node_id, kind or "?", reason)
-        await database_sync_to_async(handlers.record_rejection)(self.node_id, reason, kind)
+        if self.node_id is None:
+            await self._count(limits.AUTH_REFUSED)
+        else:
+            await database_sync_to_async(handlers.record_rejection)(self.node_id, reason, kind)
         with contextlib.suppress(Exception):
             await self.send(json.dumps({"type": "error", "reason": reason, "refused": kind}))
 
+    async def _over_budget(self) -> bool:
+        """Take one message from the session's budget; over it: drop (counted), warn, close if it persists."""
+        budget = self._budget if self._budget is not None else limits.new_budget()
+        self._budget = budget
+        if budget.take():
+            return False
+        await self._count(limits.MESSAGES_DROPPED)
+        if budget.persists:
+            log.warning("node %s: flooding for %d s; closing its session", self.node_id, limits.STRIKES_TO_CLOSE)
+            await self._count(limits.SESSIONS_CLOSED)
+            await self.close(code=CLOSE_FLOODING)
+        elif budget.should_warn():
+            with contextlib.suppress(Exception):
+                await self.send(json.dumps({"type": "error", "refused": "rate", "reason": (
+                    f"rate limit: more than {limits.RATE_PER_S:.0f} messages a second; the excess is dropped")}))
+        return True
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if await self._over_budget():
+            return
         try:
             msg = decode(text_data, bytes_data)
         except ProtocolError as exc:
@@ -115,18 +159,40 @@ class AgentConsumer(AsyncWebsocketConsumer):
             log.warning("node %s: agent token revoked or rotated; closing its session", self.node_id)
             await self.close(code=CLOSE_AUTH)
             return
+        msg_id = msg.get("msg_id") if isinstance(msg.get("msg_id"), str) else None
         try:
             if kind == "hello":
                 reply = await database_sync_to_async(handlers.hello)(self.node_id, self.session_id, msg)
                 await self.send(json.dumps(reply))
-            else:
-                await database_sync_to_async(handlers.handle)(self.node_id, kind, msg)
+                await self._resend_pending()
+                return
+            await database_sync_to_async(handlers.handle)(self.node_id, kind, msg)
+            if kind == "heartbeat" and limits.flush_due():  # counts waiting in this process reach /metrics
+                await database_sync_to_async(limits.flush)()
         except handlers.RefusedError as exc:
             await self._reject(str(exc), kind)
-        except (DatabaseError, ValueError, TypeError, KeyError, OverflowError) as exc:
+        except (DataError, IntegrityError, ValueError, TypeError, KeyError, OverflowError) as exc:
             # Well-formed but unusable data (the handler's transaction rolled back): refuse, keep the session.
             log.exception("agent message from node %s could not be handled", self.node_id)
             await self._reject(f"could not be handled: {exc.__class__.__name__}", kind)
+        except DatabaseError:
+            # Transient (the database restarting, a connection lost): no answer, so the agent sends it again.
+            log.warning("agent %s from node %s not handled now (database error); the agent re-sends it", kind,
+                        self.node_id, exc_info=True)
+            return
+        if msg_id is not None:  # handled, a duplicate, or refused for good: the agent may forget it
+            await self.send(json.dumps({"type": "received", "msg_id": msg_id}))
+
+    async def _resend_pending(self) -> None:
+        """Send the node's unacknowledged commands again, oldest first (they may have been lost in the gap)."""
+        try:
+            pending = await database_sync_to_async(commands.pending_for)(self.node_id)
+        except DatabaseError:
+            log.warning("node %s: pending commands not re-sent now; the reconciler will", self.node_id,
+                        exc_info=True)
+            return
+        for payload in pending:
+            await self.send(json.dumps(payload))
 
     async def _first_message_auth(self, msg: dict[str, Any]) -> None:
         token = msg.get("token")
@@ -134,7 +200,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if msg.get("type") == "hello" and isinstance(token, str):
             node_id = await database_sync_to_async(handlers.authenticate)(token)
         if node_id is None:
-            await database_sync_to_async(handlers.record_rejection)(None, "first message is not a valid hello", "")
+            await self._count(limits.AUTH_REFUSED)
             log.warning("agent refused: first message carries no valid token")
             await self.close(code=CLOSE_AUTH)
             return
@@ -142,6 +208,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self._auth_timer.cancel()
         self._token = token
         await self._bind(node_id)
+        if self._budget is not None:
+            self._budget.tokens += 1  # the hello is handled once more below: it is one message
         await self.receive(text_data=json.dumps({k: v for k, v in msg.items() if k != "token"}))
 
     # --- group messages -------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""What the portal does with each agent message (design §1-§4). Called by the consumer in a worker thread.
+"""What the portal does with each agent message (design §1-§4, §9.9). Called by the consumer in a worker thread.
 
+A reliable report (with a ``msg_id``) is handled once: its :class:`ReceivedReport` row is inserted in the
+handler's own transaction, so a copy the agent re-sends finds it and is answered without being handled again.
 Each handler checks that the message concerns this node (its job's open placement, a transfer it is party
 to) and raises :class:`RefusedError` otherwise — before changing anything. Facts are recorded here; the workflow
 steps they unblock run as Celery tasks after commit.
@@ -16,12 +18,14 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.control.link import commands
 from portal.control.link.protocol import (
+    RESTORE_FAILED,
     CheckpointDone,
+    CheckpointsDropped,
     Heartbeat,
     Hello,
     JobExited,
@@ -30,11 +34,13 @@ from portal.control.link.protocol import (
     TransferRejected,
     TransferSent,
     Welcome,
+    held_items,
 )
 from portal.control.models import (
     AgentSession,
     MigrationPhase,
     MigrationWork,
+    ReceivedReport,
     RejectedMessage,
     Transfer,
     TransferPurpose,
@@ -44,9 +50,11 @@ from portal.control.reclaim import lifecycle
 from portal.control.reclaim.workflow import (
     close_placement,
     finish_started,
+    forget_copies,
     job_groups,
     open_placement,
     publish_after_commit,
+    restore_failed,
     runtime,
 )
 from portal.core import outbox
@@ -165,12 +173,54 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
         lost = [j for j in placed - reported
                 if Job.objects.filter(pk=j, state=JobState.RUNNING).exists()]
         if lost:
-
             outbox.enqueue(Task.RECOVER_LOST_JOBS, node_id, sorted(lost))
+        if "checkpoints" in msg:
+            held, well_formed = held_items(msg["checkpoints"])
+            sync_holdings(node_id, held, complete=well_formed and not msg.get("checkpoints_truncated", False))
     node.refresh_from_db()
     return {"type": "welcome", "node_id": node_id,
             "heartbeat_interval_s": settings.RECLAIMNET["HEARTBEAT_INTERVAL_S"],
             "killswitch": bool(node.killswitch_engaged or node.state == NodeState.RECLAIMED)}
+
+
+def sync_holdings(node_id: int, held: list[dict[str, Any]], *, complete: bool) -> dict[str, int]:
+    """Bring the portal's record of what ``node_id`` holds in step with the agent's own list (design §9.9).
+
+    A checkpoint the portal counts on this node (written there or copied there) that the agent does not list
+    with the recorded sha256 is gone; one it lists with the recorded sha256 that the portal did not count is a
+    confirmed replica. With an incomplete list (``complete`` False) nothing is forgotten."""
+    listed = {(int(h["job_id"]), int(h["sequence"])): str(h["sha256"]) for h in held}
+    gone: dict[int, list[int]] = {}
+    counted = set()
+    rows = (Checkpoint.objects.filter(node_id=node_id) | Checkpoint.objects.filter(replica_nodes=node_id)).distinct()
+    for job_id, sequence, sha in rows.values_list("job_id", "sequence", "sha256"):
+        counted.add((job_id, sequence))
+        if complete and listed.get((job_id, sequence)) != sha:
+            gone.setdefault(job_id, []).append(sequence)
+    for job_id, sequences in gone.items():
+        forget_copies(job_id, node_id, sequences)
+    confirmed = 0
+    for (job_id, sequence), sha in listed.items():
+        if (job_id, sequence) in counted:
+            continue
+        ckpt = Checkpoint.objects.filter(job_id=job_id, sequence=sequence, sha256=sha,
+                                         completed_at__isnull=False).first()
+        if ckpt is not None:
+            ckpt.replica_nodes.add(node_id)
+            confirmed += 1
+    if gone:
+        log.info("node %s no longer holds %s", node_id, gone)
+    return {"forgotten": sum(len(v) for v in gone.values()), "confirmed": confirmed}
+
+
+def checkpoints_dropped(node_id: int, msg: CheckpointsDropped) -> None:
+    """The agent pruned, dropped or found corrupt these checkpoints: they are no longer counted on this node."""
+    forget_copies(msg["job_id"], node_id, [int(s) for s in msg["sequences"][:256]])
+
+
+def ack(node_id: int, msg: dict[str, Any]) -> None:
+    """The agent acknowledged commands (``cmd_id``, and ``cmd_ids`` at once): they are never sent again."""
+    commands.acknowledge(node_id, [msg["cmd_id"], *msg.get("cmd_ids", [])])
 
 
 def _job_on_node(node_id: int, job_id: int) -> Job:
@@ -305,7 +355,13 @@ def job_started(node_id: int, msg: JobStarted) -> None:
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.state in (JobState.QUEUED, JobState.MIGRATING):
         job_lifecycle.start(job)
-    work = finish_started(job, node_id)
+    restored = msg.get("restored_sequence")
+    restored = restored if isinstance(restored, int) and not isinstance(restored, bool) else None
+    step = msg.get("restored_step")
+    if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= 2**63 - 1:
+        Job.objects.filter(pk=job.pk).update(progress_step=step)
+    # An agent that says which step it restored (the key present) corrects the migration's work lost.
+    work = finish_started(job, node_id, restored, reported="restored_step" in msg)
     publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state, node_id=node_id)
     if work is not None:
         outbox.enqueue(Task.RELEASE_RECLAIMS)
@@ -327,6 +383,12 @@ def job_exited(node_id: int, msg: JobExited) -> None:
             raise RefusedError(f"job {job.pk} was never placed on this node")
         return
     job = Job.objects.select_for_update().get(pk=job.pk)
+    if msg["reason"] == RESTORE_FAILED:
+        seq = msg.get("restore_sequence")
+        restore_failed(job, node_id, seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
+        job.refresh_from_db()
+        publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state)
+        return
     rt = runtime(job)
     rt.returncode = msg["returncode"]
     rt.last_step = msg["step"]
@@ -359,13 +421,34 @@ HANDLERS: dict[str, Callable[[int, Any], None]] = {
     "transfer_rejected": transfer_rejected,
     "job_started": job_started,
     "job_exited": job_exited,
+    "checkpoints_dropped": checkpoints_dropped,
+    "ack": ack,
 }
 
 
-def handle(node_id: int, kind: str, msg: dict[str, Any]) -> None:
-    """Run the handler for ``kind`` in one transaction (a RefusedError rolls everything back)."""
+def handle(node_id: int, kind: str, msg: dict[str, Any]) -> bool:
+    """Run the handler for ``kind`` in one transaction (a RefusedError rolls everything back).
+
+    A message with a ``msg_id`` is handled once per node: its ReceivedReport row goes in first (a twin being
+    handled concurrently waits on the unique index, then finds it). Returns False for a duplicate, which is
+    answered again but changes nothing."""
     fn = HANDLERS.get(kind)
-    if fn is None:
-        return  # ack, killswitch_engaged: informational
+    msg_id = msg.get("msg_id")
     with transaction.atomic():
-        fn(node_id, msg)
+        if isinstance(msg_id, str):
+            try:
+                with transaction.atomic():
+                    ReceivedReport.objects.create(node_id=node_id, msg_id=msg_id, kind=kind[:32],
+                                                  received_at=timezone.now())
+            except IntegrityError:
+                return False
+        if fn is not None:  # killswitch_engaged: informational
+            fn(node_id, msg)
+    return True
+
+
+def prune_received(now: dt.datetime | None = None, keep_s: float = 86400.0) -> int:
+    """Forget reports handled more than ``keep_s`` ago (an agent stops re-sending long before)."""
+    now = now or timezone.now()
+    removed, _ = ReceivedReport.objects.filter(received_at__lt=now - dt.timedelta(seconds=keep_s)).delete()
+    return removed

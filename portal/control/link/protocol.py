@@ -1,6 +1,9 @@
-"""The agent websocket protocol (portal side): TypedDict payloads and their validation (design §1-§4).
+"""The agent websocket protocol (portal side): TypedDict payloads and their validation (design §1-§4, §9.9).
 
-Every message is a JSON object with a ``type``. :func:`validate` checks an agent message's shape (types of
+Every message is a JSON object with a ``type``. Reliable reports (:data:`RELIABLE`) carry a ``msg_id`` (optional
+in validation, for older agents; the agent always sends it): the portal answers ``{"type": "received",
+"msg_id"}`` once the report's transaction committed or it was refused for good, and the agent sends it again
+until then. Commands carry a ``cmd_id`` the agent acknowledges with ``ack``. :func:`validate` checks an agent message's shape (types of
 required fields, bounded sizes) before any handler runs; a :class:`ProtocolError` names what was wrong and the
 consumer rejects the message without changing anything.
 """
@@ -21,6 +24,19 @@ class ProtocolError(ValueError):
 
 
 # --- agent → portal -----------------------------------------------------------------------------------------
+RELIABLE = frozenset({"checkpoint_done", "job_started", "job_exited", "transfer_received", "transfer_sent",
+                      "transfer_rejected", "killswitch_engaged", "checkpoints_dropped"})
+MSG_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_HELD_CHECKPOINTS = 512  # checkpoints a hello lists; an agent holding more says ``checkpoints_truncated``
+RESTORE_FAILED = "restore checkpoint missing or corrupt"  # job_exited.reason of a start that could not restore
+
+
+class HeldCheckpoint(TypedDict):
+    job_id: int
+    sequence: int
+    sha256: str
+
+
 class JobStep(TypedDict):
     job_id: int
     step: int
@@ -35,6 +51,8 @@ class Hello(TypedDict):
     data_port: int
     jobs: list[JobStep]
     edge_backend: NotRequired[str]
+    checkpoints: NotRequired[list[HeldCheckpoint]]  # what it holds now (its own and replicas), sequence + sha256
+    checkpoints_truncated: NotRequired[bool]  # more than MAX_HELD_CHECKPOINTS: the list is not the whole truth
 
 
 class Heartbeat(TypedDict):
@@ -83,6 +101,25 @@ class JobStarted(TypedDict):
     type: Literal["job_started"]
     job_id: int
     restored_sequence: int | None
+    restored_step: NotRequired[int | None]  # the step of the checkpoint actually restored (work lost from there)
+
+
+class CheckpointsDropped(TypedDict):
+    """The agent no longer holds these checkpoints of a job (pruned, dropped on request, found corrupt)."""
+
+    type: Literal["checkpoints_dropped"]
+    msg_id: NotRequired[str]
+    job_id: int
+    sequences: list[int]
+    reason: str
+
+
+class Received(TypedDict):
+    """Portal → agent: the reliable report ``msg_id`` was handled (or refused for good): stop sending it."""
+
+    type: Literal["received"]
+    msg_id: str
+    refused: NotRequired[bool]
 
 
 class JobExited(TypedDict):
@@ -97,6 +134,7 @@ class JobExited(TypedDict):
 class Ack(TypedDict):
     type: Literal["ack"]
     cmd_id: str
+    cmd_ids: NotRequired[list[str]]  # more commands acknowledged at once (a reconnect's burst of re-sends)
     t: float
 
 
@@ -157,6 +195,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "job_exited": {"job_id": int, "returncode": int, "step": int, "result": dict, "reason": str},
     "ack": {"cmd_id": str, "t": _NUM},
     "killswitch_engaged": {"reason": str, "t": _NUM},
+    "checkpoints_dropped": {"job_id": int, "sequences": list, "reason": str},
 }
 MAX_LIST_ITEMS = 256
 MAX_INT = 2**63 - 1  # PostgreSQL bigint: a larger number would fail in the handler, not be refused here
@@ -171,6 +210,27 @@ def _check_job_steps(items: list[Any]) -> None:
             raise ProtocolError("jobs: step must be an integer")
         if not (0 < item["job_id"] <= MAX_INT and -MAX_INT <= step <= MAX_INT):
             raise ProtocolError("jobs: job_id or step out of range")
+
+
+def _check_held(items: Any) -> None:
+    """Only the list's shape: a malformed item (a job may write its own manifests) must not cost the agent its
+    hello; :func:`held_items` keeps the well-formed ones."""
+    if not isinstance(items, list) or len(items) > MAX_HELD_CHECKPOINTS:
+        raise ProtocolError(f"hello.checkpoints: a list of at most {MAX_HELD_CHECKPOINTS} items")
+
+
+def held_items(items: list[Any]) -> tuple[list[HeldCheckpoint], bool]:
+    """The well-formed items of a hello's ``checkpoints`` (job id, sequence ≥ 1, sha256), and whether all were."""
+    good: list[HeldCheckpoint] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        job_id, seq, sha = item.get("job_id"), item.get("sequence"), item.get("sha256")
+        if (isinstance(job_id, int) and not isinstance(job_id, bool) and 0 < job_id <= MAX_INT
+                and isinstance(seq, int) and not isinstance(seq, bool) and 0 < seq <= MAX_INT
+                and isinstance(sha, str) and HEX64.match(sha)):
+            good.append({"job_id": job_id, "sequence": seq, "sha256": sha})
+    return good, len(good) == len(items)
 
 
 def decode(text: str | None, bytes_data: bytes | None) -> dict[str, Any]:
@@ -205,6 +265,17 @@ def validate(msg: dict[str, Any]) -> str:
             raise ProtocolError(f"{kind}.{name}: more than {MAX_LIST_ITEMS} items")
     if "jobs" in SCHEMAS[kind]:
         _check_job_steps(msg["jobs"])
+    if "msg_id" in msg and (not isinstance(msg["msg_id"], str) or not MSG_ID.match(msg["msg_id"])):
+        raise ProtocolError(f"{kind}.msg_id: not 1-64 letters, digits, '_' or '-'")
+    if kind == "ack" and "cmd_ids" in msg and (
+            not isinstance(msg["cmd_ids"], list) or len(msg["cmd_ids"]) > MAX_LIST_ITEMS
+            or not all(isinstance(c, str) and len(c) <= 64 for c in msg["cmd_ids"])):
+        raise ProtocolError(f"ack.cmd_ids: at most {MAX_LIST_ITEMS} command ids")
+    if kind == "checkpoints_dropped" and not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 < s <= MAX_INT for s in msg["sequences"]):
+        raise ProtocolError("checkpoints_dropped.sequences: positive integers")
+    if kind == "hello" and "checkpoints" in msg:
+        _check_held(msg["checkpoints"])
     if "sha256" in SCHEMAS[kind] and not HEX64.match(msg["sha256"]):
         raise ProtocolError(f"{kind}.sha256: not 64 lowercase hex digits")
     if kind in ("checkpoint_done", "transfer_received") and msg["size_bytes"] <= 0:

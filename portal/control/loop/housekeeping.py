@@ -5,6 +5,8 @@ Agents report one egress sample per access link every heartbeat period (about 46
 means; each step replaces its rows in one transaction, period by whole period (the cutoff is aligned to the
 period, so a period is never rolled up twice). The estimators read only the last minutes of raw samples; the
 dashboard reads whichever resolution a time has. Decision logs older than ``DECISION_LOG_KEEP_DAYS`` are deleted.
+The agent link's bookkeeping (design §9.9) is pruned too: commands acked, superseded or expired over an hour ago,
+reliable reports handled over a day ago.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from portal.control.config import rn
+from portal.control.link import commands, handlers
 from portal.core.models import BandwidthSample, DecisionLog
 
 RAW_KEEP_S = 86400.0
@@ -64,4 +67,5 @@ def prune_decision_logs(now: dt.datetime | None = None) -> int:
 
 def housekeeping(now: dt.datetime | None = None) -> dict[str, int]:
     """What beat runs every ten minutes (and the embedded default beside its outbox pruning)."""
-    return {**roll_up_samples(now), "decision_logs_pruned": prune_decision_logs(now)}
+    return {**roll_up_samples(now), "decision_logs_pruned": prune_decision_logs(now),
+            "commands_pruned": commands.prune(now), "reports_pruned": handlers.prune_received(now)}

@@ -9,6 +9,9 @@ the outbox. Every step claims its own work (§8), so a redo of a step that was o
   is known but it is still ``checkpointing``, or its transfer was received or failed but it is still
   ``transferring``: advance it.
 
+- an agent command still unacknowledged past its next send time (design §9.9): send it again to its node, each
+  time waiting longer (3 s doubling to 30 s), until it is acked, superseded or expires.
+
 Each redo counts in the state's ``phase_attempts`` and pushes its deadline out by the same timeout, so a step
 that keeps failing is retried at that pace rather than every pass.
 """
@@ -20,6 +23,7 @@ import datetime as dt
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from portal.control.link import commands
 from portal.control.models import (
     MigrationPhase,
     MigrationWork,
@@ -64,7 +68,8 @@ def reconcile(now: dt.datetime | None = None) -> dict[str, int]:
     if stuck_ids:
         _push_deadline(MigrationWork.objects.filter(migration_id__in=stuck_ids), now, STEP_GRACE_S,
                        entered=True)
-    return {"reclaims": len(overdue) + len(never_ran), "migrations": len(stuck_ids)}
+    resent = commands.resend_due(now)
+    return {"reclaims": len(overdue) + len(never_ran), "migrations": len(stuck_ids), "commands": resent}
 
 
 def _push_deadline(rows: QuerySet, now: dt.datetime, seconds: float, *, entered: bool = False) -> None:

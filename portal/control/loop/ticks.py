@@ -36,12 +36,14 @@ from portal.control.reclaim.apply import (
 from portal.control.reclaim.lifecycle import START_TIMEOUT_S
 from portal.control.reclaim.plan import recovery_rate
 from portal.control.reclaim.workflow import (
+    MAX_RESTORE_FAILURES,
     issue_transfer,
     log_decision,
     resume_from,
     runtime,
     start_on,
     to_waiting,
+    work_lost_from,
 )
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.core import campus as campus_model
@@ -210,7 +212,9 @@ def place_on(job: Job, campus: Campus) -> str:
     """Place one queued job on the snapshot ``campus`` (design §3 feasibility), taking its GPUs there: resume it
     from its freshest checkpoint if it has one (P2 from the holder; the holder itself if feasible), else start
     it on the feasible node with the highest survival over its remaining runtime (ties: smallest id).
-    Idempotent: a job with an open placement or a migration on its way is left alone."""
+    Idempotent: a job with an open placement or a migration on its way is left alone. Only copies an agent
+    confirmed are counted (a failed restore forgot its copy, design §9.9); a migration whose restores failed
+    MAX_RESTORE_FAILURES times restarts from scratch, so a job is never placed in a loop."""
     if job.state != JobState.QUEUED or Placement.objects.filter(job=job, ended_at__isnull=True).exists():
         return "not placeable"
     work = (MigrationWork.objects.select_related("migration")
@@ -219,6 +223,9 @@ def place_on(job: Job, campus: Campus) -> str:
     if work is not None and work.phase != MigrationPhase.WAITING:
         return "migration in progress"
     found = freshest_replica(job, None, campus.live)
+    gave_up = work is not None and work.restore_failures >= MAX_RESTORE_FAILURES
+    if gave_up:
+        found = None
     feasible = campus.feasible(job, found[0] if found is not None else None)
     if not feasible.any():
         return "no capacity"
@@ -246,9 +253,14 @@ def place_on(job: Job, campus: Campus) -> str:
         resume_from(work, ckpt, holder, dest, gpu_indices=taken if dest == holder else (),
                     rate_bytes_per_s=None if dest == holder else recovery_rate(campus, holder, dest))
         return f"resuming on {dest}"
-    if work is not None:  # lost with no checkpoint anywhere: restart from scratch
-        Migration.objects.filter(pk=work.migration_id).update(finished_at=timezone.now(), success=False)
-        migration_lifecycle.move(work, MigrationPhase.DONE, detail="nothing copied off: restarted from scratch")
+    if work is not None:  # lost with no checkpoint anywhere (or none that restores): restart from scratch
+        lost_s = work_lost_from(job, work.requested_at, None)
+        Migration.objects.filter(pk=work.migration_id).update(
+            finished_at=timezone.now(), success=False, checkpoint=None,
+            **({"work_lost_s": lost_s} if lost_s is not None else {}))
+        migration_lifecycle.move(work, MigrationPhase.DONE, detail=(
+            f"{work.restore_failures} restores failed: restarted from scratch" if gave_up
+            else "nothing copied off: restarted from scratch"))
     surv = survival(campus.hazard_per_s_by_hour, campus.now_hour, max(1.0, job.expected_runtime_s))
     order = sorted(np.flatnonzero(feasible), key=lambda i: (-surv[i], campus.node_pks[i]))
     dest = campus.node_pks[int(order[0])]

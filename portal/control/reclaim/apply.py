@@ -162,7 +162,9 @@ def _plan_scheduled(reclaim: ReclaimEvent, now: dt.datetime) -> str:
     """
     node = reclaim.node
     tau = max(0.0, (reclaim.deadline_at - now).total_seconds())
-    commands.send(node.pk, "reclaim_notice", reclaim_id=reclaim.pk, deadline_in_s=tau)
+    # Re-sent until acked or the deadline passed; ``deadline_at`` keeps a late copy from pushing it out.
+    commands.send(node.pk, "reclaim_notice", ttl_s=tau + 1.0, reclaim_id=reclaim.pk, deadline_in_s=tau,
+                  deadline_at=reclaim.deadline_at.timestamp())
     outbox.enqueue(Task.ENFORCE_DEADLINE, reclaim.pk, delay_s=tau + 0.05)
     _set_outcome(reclaim, ReclaimOutcome.DRAINING)
     jobs = jobs_leaving(node.pk, scheduled=True)
@@ -195,7 +197,7 @@ def _apply_plan(reclaim: ReclaimEvent, plan: ReclaimPlan) -> None:
         MigrationWork.objects.create(migration=mig, phase=MigrationPhase.CHECKPOINTING,
                                      requested_at=reclaim.requested_at, decided_at=timezone.now(),
                                      p2_decision_id=p2_ids.get(job.pk), p3_decision_id=p3_id)
-        commands.send(node.pk, "checkpoint", job_id=job.pk, final=True)
+        commands.send(node.pk, "checkpoint", ttl_s=plan.notice_s + 1.0, job_id=job.pk, final=True)
         publish_after_commit(job_groups(job, (node.pk, jp.destination_pk)), "migration", job_id=job.pk,
                              mode="planned", migration_id=mig.pk, destination=jp.destination_pk,
                              rate_bytes_per_s=jp.rate_bytes_per_s)

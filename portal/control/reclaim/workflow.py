@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from portal.control.link import commands
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 TRANSFER_TOKEN_TTL_S = 600.0
 DEFAULT_INTERVAL_S = 60.0
+MAX_RESTORE_FAILURES = 3  # failed restores of one migration before it restarts from scratch (never a loop)
 
 
 def log_decision(kind: str, request: dict[str, Any], response: dict[str, Any], *, job: Job | None = None,
@@ -226,6 +227,24 @@ def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None,
     return work
 
 
+def work_lost_from(job: Job, requested_at: dt.datetime, restored_sequence: int | None) -> float | None:
+    """Seconds of work thrown away when ``job`` resumes from checkpoint ``restored_sequence`` (None: from the
+    beginning) after it stopped at ``requested_at`` — or at its newest checkpoint taken before the open
+    placement began, if that is later (a final checkpoint). None when the origin is unknown."""
+    placement = open_placement(job)
+    since = placement.started_at if placement is not None else timezone.now()
+    newest = Checkpoint.objects.filter(job=job, taken_at__lte=since).aggregate(m=Max("taken_at"))["m"]
+    stopped = max(requested_at, newest) if newest is not None else requested_at
+    if restored_sequence is None:
+        origin = job.started_at
+    else:
+        origin = Checkpoint.objects.filter(job=job, sequence=restored_sequence).values_list(
+            "taken_at", flat=True).first()
+    if origin is None:
+        return None
+    return max(0.0, (stopped - origin).total_seconds())
+
+
 def advance(migration_id: int) -> str:
     """Drive one migration to its next phase from the facts recorded by the handlers (idempotent).
 
@@ -266,17 +285,61 @@ def advance(migration_id: int) -> str:
         return work.phase
 
 
-def finish_started(job: Job, node_pk: int) -> MigrationWork | None:
-    """The destination agent started the job: close the migration (downtime, success)."""
+def forget_copies(job_id: int, node_pk: int, sequences: list[int]) -> int:
+    """``node_pk`` no longer holds these checkpoints of the job (it pruned them, dropped them or found them
+    corrupt): placement and recovery stop counting on them (design §9.9: only confirmed copies are used). The
+    writer's own copy is the checkpoint's ``node``, cleared here; replicas are ``replica_nodes``."""
+    rows = list(Checkpoint.objects.filter(job_id=job_id, sequence__in=sequences))
+    for ckpt in rows:
+        ckpt.replica_nodes.remove(node_pk)
+    Checkpoint.objects.filter(pk__in=[c.pk for c in rows], node_id=node_pk).update(node=None)
+    return len(rows)
+
+
+def restore_failed(job: Job, node_pk: int, sequence: int | None) -> MigrationWork | None:
+    """The destination could not restore the checkpoint it was told to (missing or corrupt there).
+
+    1. That copy is gone: forget it.
+    2. The migration starting there goes back to placement (``waiting``), one more restore failure counted;
+       placement then resumes from the next confirmed copy, or from scratch once none is left or after
+       MAX_RESTORE_FAILURES — never the same copy again, never a loop.
+    """
+    work = (MigrationWork.objects.select_for_update().select_related("migration")
+            .filter(migration__job=job, phase=MigrationPhase.STARTING).first())
+    sequence = sequence if sequence is not None else (work.restore_sequence if work is not None else None)
+    if sequence is not None:
+        forget_copies(job.pk, node_pk, [sequence])
+    if work is None:
+        return None
+    MigrationWork.objects.filter(pk=work.pk).update(restore_failures=F("restore_failures") + 1)
+    work.restore_failures += 1
+    close_placement(job, "restore failed")
+    to_waiting(work, f"checkpoint {sequence} missing or corrupt on node {node_pk}: trying the next copy")
+    return work
+
+
+def finish_started(job: Job, node_pk: int, restored_sequence: int | None = None, *,
+                   reported: bool = False) -> MigrationWork | None:
+    """The destination agent started the job: close the migration (downtime, success).
+
+    ``reported``: the agent said which checkpoint it restored (``restored_sequence``, None for none). Work lost
+    is then recorded from that checkpoint, whatever was planned: from when the job stopped making progress (the
+    request, or its newest checkpoint taken before this start if later) back to when the restored checkpoint was
+    taken (to the job's first start when nothing was restored)."""
     work = (MigrationWork.objects.select_for_update().select_related("migration")
             .filter(migration__job=job, phase=MigrationPhase.STARTING).first())
     if work is None:
         return None
     now = timezone.now()
+    lost: dict[str, float] = {}
+    if reported:
+        lost_s = work_lost_from(job, work.requested_at, restored_sequence)
+        if lost_s is not None:
+            lost["work_lost_s"] = lost_s
     migration_lifecycle.move(work, MigrationPhase.DONE, resumed_at=now)
     downtime = (now - work.requested_at).total_seconds()
     Migration.objects.filter(pk=work.migration_id).update(finished_at=now, success=True, downtime_s=downtime,
-                                                          destination_id=node_pk)
+                                                          destination_id=node_pk, **lost)
     publish_after_commit(job_groups(job, (work.migration.source_id, node_pk)), "migration", job_id=job.pk,
                          migration_id=work.migration_id, state="done", destination=node_pk, downtime_s=downtime)
     return work
