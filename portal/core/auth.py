@@ -1,4 +1,4 @@
-"""Login lockout and bad-token throttling (docs/design.md §9.9).
+"""Login lockout and bad-token throttling (docs/design.md §11).
 
 Passwords: django-axes counts failed sign-ins in the database (``axes_accessattempt``), per account and per
 address. ``RECLAIMNET_LOGIN_FAILURE_LIMIT`` failures (default 10) within the cool-off

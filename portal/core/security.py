@@ -1,4 +1,4 @@
-"""Security by default (docs/design.md §9.9): the client's address and the Content-Security-Policy.
+"""Security by default (docs/design.md §11): the client's address and the Content-Security-Policy.
 
 The settings themselves (``SECURE_*``, HSTS, cookies, the policy) are read from the environment in the
 ``Security`` block at the end of ``portal/settings.py``.

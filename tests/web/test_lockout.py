@@ -1,4 +1,4 @@
-"""Login lockout and bad-token throttling (docs/design.md §9.9): 10 failures within 15 minutes lock the account
+"""Login lockout and bad-token throttling (docs/design.md §11): 10 failures within 15 minutes lock the account
 and the address for 15 minutes, on the sign-in page, the Django admin and ``/api/auth/token/``; an address that
 sprays wrong API tokens gets 429 too. Time moves by ageing the stored failures (axes) or the injected clock
 (token counters), never by sleeping."""

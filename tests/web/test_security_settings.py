@@ -1,4 +1,4 @@
-"""Security by default (docs/design.md §9.9): `check --deploy` clean for the production settings, every
+"""Security by default (docs/design.md §11): `check --deploy` clean for the production settings, every
 ``SECURE_*``/HSTS/CSP/cookie setting driven by the environment, the headers on pages and API answers, no inline
 script the Content-Security-Policy would refuse, and secret files readable by their owner only."""
 
