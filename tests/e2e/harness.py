@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +26,11 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 TRAIN = "python examples/train_numpy.py"
+# The same trainer run through tests/chaos/steplog.py, which appends every step it executes to a ledger file
+# (the ground truth of work done and redone; tests/chaos).
+TRAIN_LOGGED = "python tests/chaos/steplog.py --ledger {ledger} --"
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+SIGKILL = signal.SIGKILL  # (inside Proc, ``signal`` is its method)
 
 
 def free_port() -> int:
@@ -96,6 +104,24 @@ class Proc:
             self.signal(signal.SIGKILL)
             self.popen.wait(5)
 
+    def children(self) -> list[int]:
+        """PIDs of this process's direct children (a prefork worker's pool), read from /proc."""
+        out: list[int] = []
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{self.popen.pid}/task").iterdir():
+                with contextlib.suppress(OSError, ValueError):
+                    out += [int(p) for p in (task / "children").read_text().split()]
+        return out
+
+    def kill_tree(self, sig: int = SIGKILL) -> None:
+        """Signal the children first (they were started by this process, checked via /proc), then the process."""
+        for pid in self.children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        self.signal(sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+
     def tail(self, n_lines: int = 40) -> str:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n_lines:])
@@ -150,8 +176,11 @@ class Stack:
         """Drop stale Celery messages from earlier runs (only the queue keys, not the whole database)."""
         import redis
 
+        from django.conf import settings
+
         client = redis.Redis.from_url(self.redis_url)
-        client.delete("celery", "unacked", "unacked_index", "unacked_mutex")
+        queues = [q.name for q in getattr(settings, "CELERY_TASK_QUEUES", [])] or ["celery"]
+        client.delete(*queues, "celery", "unacked", "unacked_index", "unacked_mutex")
 
     def start_portal(self) -> Proc:
         self.port = self.port or free_port()
@@ -185,12 +214,14 @@ class Stack:
             raise RuntimeError(f"beat exited:\n{proc.tail()}")
         return proc
 
-    def start_agent(self, name: str, token: str, gpus: int = 2) -> Proc:
+    def start_agent(self, name: str, token: str, gpus: int = 2, via: CuttableLink | None = None) -> Proc:
+        """An agent (``via``: reaching the portal through that link, which a test can cut)."""
         data_dir = self.workdir / "agents" / name
         data_dir.mkdir(parents=True, exist_ok=True)
         self.procs.pop(f"agent-{name}", None)
+        portal = f"ws://127.0.0.1:{via.port}/ws/agent/" if via is not None else self.portal_ws
         return self._spawn(f"agent-{name}", [  # the token goes in the environment, never on a command line
-            PY, "-m", "nodeagent", "--portal", self.portal_ws, "--data-dir", str(data_dir),
+            PY, "-m", "nodeagent", "--portal", portal, "--data-dir", str(data_dir),
             "--simulate-gpus", str(gpus), "--base-dir", str(REPO),
         ], env={**self.env(), "RECLAIMNET_AGENT_TOKEN": token})
 
@@ -254,8 +285,10 @@ def make_campus(node_names: list[tuple[str, str]], gpus_per_node: int = 2,
 
 
 def submit_training_job(name: str, steps: int, step_sleep_s: float, pad_bytes: int = 0, loss_budget_s: float = 1.0,
-                        restart_s: float = 1.0) -> int:
-    """Queue the deterministic numpy job through the core service (the control plane places it)."""
+                        restart_s: float = 1.0, ledger: Path | None = None) -> int:
+    """Queue the deterministic numpy job through the core service (the control plane places it).
+
+    ``ledger``: run the trainer through tests/chaos/steplog.py, which appends every executed step there."""
     from django.contrib.auth import get_user_model
 
     from portal.core.models import ResearchGroup
@@ -266,9 +299,15 @@ def submit_training_job(name: str, steps: int, step_sleep_s: float, pad_bytes: i
     group.members.add(user)
     job = submit_job(user, group=group, name=name, gpu_count=1, expected_runtime_s=max(1.0, steps * step_sleep_s),
                      ckpt_bytes_estimate=max(1, pad_bytes + 4096),
-                     command=f"{TRAIN} --steps {steps} --step-sleep {step_sleep_s} --pad-bytes {pad_bytes}",
+                     command=training_command(steps, step_sleep_s, pad_bytes, ledger),
                      loss_budget_s=loss_budget_s, restart_s=restart_s)
     return job.pk
+
+
+def training_command(steps: int, step_sleep_s: float, pad_bytes: int, ledger: Path | None = None) -> str:
+    """The trainer's command line (recording its steps to ``ledger`` when given)."""
+    prefix = TRAIN_LOGGED.format(ledger=ledger) if ledger is not None else TRAIN
+    return f"{prefix} --steps {steps} --step-sleep {step_sleep_s} --pad-bytes {pad_bytes}"
 
 
 def reference_weights(steps: int, pad_bytes: int, workdir: Path) -> str:
@@ -279,3 +318,173 @@ def reference_weights(steps: int, pad_bytes: int, workdir: Path) -> str:
                     str(pad_bytes), "--result", str(workdir / "result.json")], check=True, env=env, cwd=workdir,
                    capture_output=True)
     return str(json.loads((workdir / "result.json").read_text())["weights_sha256"])
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: run its tools as the ``postgres`` user then."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *argv]
+    return argv
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of one run's own (``initdb`` in ``workdir``, trust auth, a spare port), so that
+    restarting it disturbs no other user of the machine's server. Only its own postmaster is ever signalled
+    (through ``pg_ctl -D`` of its own data directory)."""
+
+    def __init__(self, workdir: Path, user: str = "reclaimnet", database: str = "reclaimnet") -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.data_dir = workdir / "pgdata"
+        self.log_path = workdir / "postgres.log"
+        self.user = user
+        self.database = database
+
+    @property
+    def url(self) -> str:
+        return f"postgres://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    def _run(self, *argv: str, timeout_s: float = 120) -> None:
+        done = subprocess.run(_as_postgres([*argv]), capture_output=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(argv[:2])} exited {done.returncode}: {done.stdout}{done.stderr}")
+
+    def init(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:  # the postgres user must reach its directory (mkdtemp makes parents 0700)
+            for parent in self.workdir.parents:
+                if parent == Path(tempfile.gettempdir()):
+                    break
+                parent.chmod(parent.stat().st_mode | 0o711)
+            shutil.chown(self.workdir, "postgres")
+        self._run(str(PG_BIN / "initdb"), "-D", str(self.data_dir), "-U", self.user, "--auth=trust",
+                  "-E", "UTF8", "--no-sync")
+        self.start()
+        self._run(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user,
+                  self.database)
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.workdir} -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path), "-o", options,
+                  "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        if (self.data_dir / "postmaster.pid").exists():
+            self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t", "60", "stop")
+
+    def restart(self, down_s: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+
+class PrivateRedis:
+    """A redis-server of one run's own on a spare port, nothing kept on disk."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.workdir / "redis.log", "ab") as log:
+            self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                          "--appendonly", "no", "--dir", str(self.workdir)],
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        def pings() -> bool:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+            return False
+
+        wait_for(pings, 15, what="private redis")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+    def restart(self, down_s: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+
+class CuttableLink:
+    """A loopback TCP relay in front of the portal for one agent, which a test can cut and heal.
+
+    Cut, it stops moving bytes both ways and holds new connections silent, closing nothing: to both ends that
+    is a network partition (no FIN, no RST, only silence; TCP's buffers fill and the sender stalls). Healed, it
+    moves what was held, as TCP does when a partition heals before either side gave the connection up. The
+    agent process runs on meanwhile (its timers, its jobs), unlike a stopped one; peer-to-peer checkpoint
+    copies do not go through it (the cut is between the node and the portal)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.closed = False
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True, name=f"link-{self.port}").start()
+
+    def cut(self) -> None:
+        self.flowing.clear()
+
+    def heal(self) -> None:
+        self.flowing.set()
+
+    def retarget(self, target_port: int) -> None:
+        """New connections go to ``target_port`` (a portal restarted on another port)."""
+        self.target_port = target_port
+
+    def close(self) -> None:
+        self.closed = True
+        self.flowing.set()
+        with contextlib.suppress(OSError):
+            self.server.close()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        self.flowing.wait()  # a connection made during a cut stays silent until it heals
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port), 10)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        for src, dst in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while not self.closed:
+                data = src.recv(65536)
+                self.flowing.wait()  # cut: hold this chunk, read nothing more
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
