@@ -175,7 +175,6 @@ class Stack:
     def flush_redis(self) -> None:
         """Drop stale Celery messages from earlier runs (only the queue keys, not the whole database)."""
         import redis
-
         from django.conf import settings
 
         client = redis.Redis.from_url(self.redis_url)
