@@ -6,6 +6,7 @@ The settings themselves (``SECURE_*``, HSTS, cookies, the policy) are read from 
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from csp.middleware import CSPMiddleware, PolicyParts
@@ -27,6 +28,9 @@ DOCS_POLICY: dict[str, list[str]] = {
 }
 
 
+NO_ADDRESS = "0.0.0.0"  # a request with no address at all (daphne on a Unix socket sets no REMOTE_ADDR)
+
+
 def client_address(request: Any) -> str:
     """The address a request came from: ``REMOTE_ADDR``, or, behind ``RECLAIMNET_TRUSTED_PROXY_COUNT``
     reverse proxies, the address the outermost of them saw (the entry that many places from the right of
@@ -35,14 +39,22 @@ def client_address(request: Any) -> str:
     Accepts Django's request or DRF's (which proxies ``META``). Login lockout and bad-token throttling key
     their counters on this.
     """
-    remote = str(request.META.get("REMOTE_ADDR") or "unknown")
+    remote = _ip_or_none(request.META.get("REMOTE_ADDR")) or NO_ADDRESS
     proxies = int(getattr(settings, "RECLAIMNET_TRUSTED_PROXY_COUNT", 0))
     if proxies <= 0:
         return remote
     hops = [hop.strip() for hop in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",") if hop.strip()]
     if len(hops) < proxies:
         return remote  # fewer hops than proxies: the request did not come through them all
-    return hops[-proxies]
+    return _ip_or_none(hops[-proxies]) or remote  # a proxy that wrote no address vouches for nothing
+
+
+def _ip_or_none(text: Any) -> str | None:
+    """``text`` as a normalised IP address, or None if it is not one (lockout counters are keyed on it)."""
+    try:
+        return str(ipaddress.ip_address(str(text).strip()))
+    except ValueError:
+        return None
 
 
 class PortalCSPMiddleware(CSPMiddleware):

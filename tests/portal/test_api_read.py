@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from portal.core.models import Migration
@@ -146,3 +147,29 @@ def test_every_api_route_requires_authentication(world: World) -> None:
     assert checked >= 10
     for path in ("/api/schema/", "/api/docs/", "/api/redoc/"):
         assert anonymous.get(path).status_code == 200, path
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("method", "path"), [("get", "/api/nodes/1.5/"), ("get", "/api/jobs/7.4e-141/"),
+                                              ("post", "/api/nodes/-1.2e-306/killswitch/"),
+                                              ("get", "/api/no-such-route/")])
+def test_an_id_that_is_not_a_number_or_an_unknown_route_answers_json_404(world: World, method: str,
+                                                                          path: str) -> None:
+    """Fuzz-found: ids the router's pattern does not match fell through to Django's HTML 404 page (the schema
+    documents JSON); a POST there, from a token client with no CSRF cookie, must not answer a CSRF 403 either."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=world.users['admin']).key}")
+    response = getattr(client, method)(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found."}
+
+
+@pytest.mark.django_db
+def test_an_unknown_api_route_says_nothing_to_anonymous_callers() -> None:
+    assert APIClient().get("/api/no-such-route/").status_code == 401
+
+
+@pytest.mark.django_db
+def test_an_api_path_without_its_trailing_slash_is_still_redirected(client_for: Any) -> None:
+    assert client_for("admin").get("/api/nodes").status_code == 301

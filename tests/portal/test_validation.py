@@ -60,7 +60,11 @@ BAD_VALUES: dict[str, dict[str, list[Any]]] = {
         "gpu_floor": [-1, 3, "one"],  # the node has 2 GPUs: a floor of 3 is refused by the service
         "access_link_bytes_per_s": [-1, 0, "x"],
     },
-    "windows": {"windows": [None, "always", [_window(weekday=9)], [{"weekday": 0}], [_window(start_time=5)]]},
+    # A time of day is HH:MM[:SS], as the schema's pattern says: no offset, no fraction (fuzz-found: both were
+    # accepted, and a fraction came back in a form the schema's format refused).
+    "windows": {"windows": [None, "always", [_window(weekday=9)], [{"weekday": 0}], [_window(start_time=5)],
+                            [_window(start_time="17:14:22Z")], [_window(end_time="08:57:24.8")],
+                            [_window(start_time="8:00")], [_window(end_time="20:00+02:00")]]},
     "reclaim": {"notice_s": [-1, -0.001, "soon", None, 10**9, True, [60]]},
     "submit": {
         "name": ["", "x" * 121, 5],
@@ -129,7 +133,7 @@ def test_unknown_gpu_model_message_names_model(world: World, client_for: Any) ->
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("value", ["-1", "abc", "nan", "inf"])
+@pytest.mark.parametrize("value", ["-1", "abc", "nan", "inf", ""])
 def test_reclaim_preview_notice_validated(value: str, world: World, client_for: Any) -> None:
     response = client_for("provider").get(f"/api/nodes/{world.node.pk}/reclaim-preview/?notice_s={value}")
     assert response.status_code == 400
@@ -169,3 +173,63 @@ def test_an_oversized_body_answers_413_naming_the_limit(client_for: Any, setting
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     response = client_for("researcher").post("/api/jobs/", {"name": "x" * 2000}, format="json")
     assert response.status_code == 413 and "1000 bytes" in response.json()["detail"]
+
+
+@pytest.mark.django_db
+def test_lending_window_times_are_answered_as_hh_mm_ss(world: World, client_for: Any) -> None:
+    url = f"/api/nodes/{world.node.pk}/lending-windows/"
+    response = client_for("provider").put(url, {"windows": [_window(start_time="20:00", end_time="08:00:30")]},
+                                          format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["windows"] == [{"weekday": 0, "start_time": "20:00:00", "end_time": "08:00:30"}]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query", ["limit=abc", "limit=0", "limit=-5", "limit=1.5", "limit=", "limit=%C2%B2",
+                                   "offset=-1", "offset=x", "offset=1e3"])
+def test_a_limit_or_offset_that_is_not_a_whole_number_is_400_naming_it(client_for: Any, query: str) -> None:
+    """The schema says ``limit`` ≥ 1 and ``offset`` ≥ 0 are integers; anything else was silently replaced by the
+    default (fuzz-found: schema-violating input accepted)."""
+    response = client_for("admin").get(f"/api/nodes/?{query}")
+    assert response.status_code == 400, response.content
+    assert query.split("=")[0] in response.json()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("endpoint", ["update", "register", "submit"])
+@pytest.mark.parametrize("content_type", ["multipart/form-data; boundary=x", "application/x-www-form-urlencoded",
+                                          "text/plain"])
+def test_a_body_that_is_not_json_is_415_and_changes_nothing(endpoint: str, content_type: str, world: World,
+                                                            client_for: Any) -> None:
+    """Fuzz-found: a PATCH whose multipart body parsed to nothing answered 200 (the schema offered form
+    encodings, which cannot carry the bodies' nested lists anyway)."""
+    role, method, url, _valid = ENDPOINTS[endpoint]
+    before = snapshot()
+    response = getattr(client_for(role), method)(url(world), "[{}]", content_type=content_type)
+    assert response.status_code == 415, response.content
+    assert snapshot() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "query"), [
+    ("/api/jobs/", "group=²"), ("/api/jobs/", "group=99999999999999999999999"), ("/api/jobs/", "state=sleeping"),
+    ("/api/nodes/", "provider=²"), ("/api/nodes/", "building=-1"), ("/api/nodes/", "state=asleep"),
+    ("/api/nodes/", "mine=perhaps"), ("/api/reclaims/", "node=1.5"), ("/api/reclaims/", "kind=whim"),
+    ("/api/nodes/", "state="), ("/api/jobs/", "group="), ("/api/nodes/", "mine="),  # empty is not "absent"
+])
+def test_a_list_filter_that_is_not_valid_is_400_naming_it(client_for: Any, path: str, query: str) -> None:
+    """The list filters are documented query parameters and validated like any input: ``group=²`` passed
+    ``str.isdigit`` and then failed ``int()`` with a 500; an unknown state silently matched nothing."""
+    response = client_for("admin").get(f"{path}?{query}")
+    assert response.status_code == 400, response.content
+    assert query.split("=")[0] in response.json()
+
+
+@pytest.mark.django_db
+def test_valid_list_filters_still_filter(world: World, client_for: Any) -> None:
+    client = client_for("admin")
+    assert client.get(f"/api/jobs/?group={world.group.pk}&state=queued").json()["count"] == 1
+    assert client.get(f"/api/jobs/?group={world.other_group.pk}").json()["count"] == 0
+    assert client.get("/api/nodes/?mine=true").json()["count"] == 0  # the admin belongs to no lab
+    assert client_for("provider").get("/api/nodes/?mine=1").json()["count"] == 1
+    assert client.get(f"/api/reclaims/?node={world.node.pk}&kind=emergency").json()["count"] == 0

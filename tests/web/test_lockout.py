@@ -257,3 +257,18 @@ def test_behind_a_proxy_each_client_is_counted_by_its_own_address(settings: Any)
     assert web_login(locked, "bob", f.PASSWORD).status_code == 429
     colleague = Client(REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=fresh_address())
     assert web_login(colleague, "carol", f.PASSWORD).status_code == 302
+
+
+@pytest.mark.parametrize(("remote", "forwarded", "proxies"), [
+    ("", None, 0),  # daphne on a Unix socket sets no REMOTE_ADDR
+    ("127.0.0.1", "garbage", 1),  # the proxy vouches for something that is not an address
+])
+def test_a_wrong_password_from_no_usable_address_is_400_not_500(settings: Any, remote: str,
+                                                                forwarded: str | None, proxies: int) -> None:
+    """Lockout counters are keyed on an address; a request with none usable still gets its 400."""
+    settings.RECLAIMNET_TRUSTED_PROXY_COUNT = proxies
+    user("nowhere")
+    extra = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded else {}
+    client = APIClient(REMOTE_ADDR=remote)
+    answer = client.post("/api/auth/token/", {"username": "nowhere", "password": "wrong"}, format="json", **extra)
+    assert answer.status_code == 400

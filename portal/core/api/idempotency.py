@@ -22,6 +22,8 @@ from rest_framework.response import Response
 from portal.core import idempotency
 
 HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MARKER = "reclaimnet_idempotent"  # set on wrapped view methods; the schema documents the header from it
 
 PARAMETER = OpenApiParameter(
     HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
@@ -60,7 +62,7 @@ def idempotent(view: Callable[..., Response]) -> Callable[..., Response]:
                 return response
             if stored is not None:
                 return Response(stored.body, status=stored.status,
-                                headers={"Idempotent-Replayed": "true", HEADER: key})
+                                headers={REPLAYED_HEADER: "true", HEADER: key})
             response = view(self, request, *args, **kwargs)
             if response.status_code >= 400:
                 transaction.set_rollback(True)  # nothing was created; the key is not kept either
@@ -69,4 +71,5 @@ def idempotent(view: Callable[..., Response]) -> Callable[..., Response]:
         response[HEADER] = key
         return response
 
+    setattr(wrapper, MARKER, True)
     return wrapper

@@ -8,7 +8,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.core.api.fields import FiniteFloatField, StrictCharField, StrictIntegerField
+from portal.core.api.fields import FiniteFloatField, StrictCharField, StrictIntegerField, TimeOfDayField
+from portal.core.lifecycle.jobs import JobState
+from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import (
     Building,
     Checkpoint,
@@ -22,6 +24,7 @@ from portal.core.models import (
     PriorityClass,
     Provider,
     ReclaimEvent,
+    ReclaimKind,
     ResearchGroup,
     Switch,
 )
@@ -35,6 +38,13 @@ from portal.core.services.nodes import (
     MAX_LINK_BYTES_PER_S,
 )
 from portal.core.services.reclaims import MAX_NOTICE_S
+
+MAX_ID = 2**63 - 1  # a bigint: larger ids cannot exist, and the database refuses to compare with them
+
+
+def _id_filter(help_text: str) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False, help_text=help_text)
+
 
 NAME_HELP = "Letters, digits, '.', '_' and '-', starting with a letter or digit."
 
@@ -85,6 +95,29 @@ class MeSerializer(serializers.Serializer):
     groups = ResearchGroupSerializer(many=True)
 
 
+# --- list filters (query parameters; an invalid one answers 400 naming it) ------------------------------------------
+# Views validate ``query_params.dict()``, not the QueryDict: DRF reads an empty value in a QueryDict as "absent"
+# (HTML form semantics), so ``?state=`` would silently mean "no filter" although the schema says it is invalid.
+
+
+class NodeListQuerySerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=NodeState.choices, required=False)
+    provider = _id_filter("Only this provider lab's nodes.")
+    building = _id_filter("Only the nodes in this building.")
+    mine = serializers.BooleanField(required=False, default=False,
+                                    help_text="Only the nodes of the caller's own labs.")
+
+
+class JobListQuerySerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=JobState.choices, required=False)
+    group = _id_filter("Only this research group's jobs.")
+
+
+class ReclaimListQuerySerializer(serializers.Serializer):
+    node = _id_filter("Only the reclaims of this node.")
+    kind = serializers.ChoiceField(choices=ReclaimKind.choices, required=False)
+
+
 # --- nodes -------------------------------------------------------------------------------------------------------
 
 
@@ -117,6 +150,8 @@ class GpuDeclarationSerializer(serializers.Serializer):
 
 class LendingWindowSerializer(serializers.ModelSerializer):
     weekday = StrictIntegerField(min_value=0, max_value=6, help_text="0 = Monday … 6 = Sunday")
+    start_time = TimeOfDayField()
+    end_time = TimeOfDayField()
 
     class Meta:
         model = LendingWindow

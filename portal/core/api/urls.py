@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.permissions import AllowAny
 from rest_framework.routers import DefaultRouter
 
 from portal.core.api.views_campus import (
+    ApiNotFoundView,
     BuildingViewSet,
     LinkViewSet,
     MeView,
@@ -33,6 +34,8 @@ router.register("campus/buildings", BuildingViewSet, basename="building")
 router.register("campus/switches", SwitchViewSet, basename="switch")
 router.register("campus/links", LinkViewSet, basename="link")
 
+
+
 urlpatterns = [
     path("auth/token/", obtain_auth_token, name="api-token"),
     path("me/", MeView.as_view(), name="api-me"),
@@ -49,4 +52,6 @@ urlpatterns = [
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema", permission_classes=[AllowAny]),
          name="api-redoc"),
     path("", include(router.urls)),
+    # Last: any other path ending in "/" (an id the router's pattern refuses, an unknown route) answers JSON.
+    re_path(r"^.*/$", ApiNotFoundView.as_view(), name="api-not-found"),
 ]

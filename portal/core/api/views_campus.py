@@ -7,8 +7,10 @@ from typing import Any, ClassVar
 
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
+from rest_framework.exceptions import NotFound
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,6 +21,19 @@ from portal.core.api.mixins import ServiceErrorsMixin
 from portal.core.campus import topology as campus_topology
 from portal.core.models import Building, Link, Provider, ReclaimEvent, ResearchGroup, Switch
 from portal.core.services.summary import utilization_summary
+
+
+@extend_schema(exclude=True)
+class ApiNotFoundView(APIView):
+    """Any other ``/api/…/`` path (an id that is not a number, an unknown route): after authentication, a JSON
+    404 as the schema documents for detail routes, instead of Django's HTML page. (A path without its trailing
+    slash still gets APPEND_SLASH's redirect: this view only matches paths ending in "/".)"""
+
+    def http_method_not_allowed(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        raise NotFound()
+
+    def options(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        raise NotFound()
 
 
 class BuildingViewSet(viewsets.ReadOnlyModelViewSet):
@@ -52,6 +67,7 @@ class ResearchGroupViewSet(viewsets.ReadOnlyModelViewSet):
         return permissions.user_groups(self.request.user).order_by("name")
 
 
+@extend_schema_view(list=extend_schema(parameters=[s.ReclaimListQuerySerializer]))
 class ReclaimViewSet(viewsets.ReadOnlyModelViewSet):
     """Reclaims of the caller's lab's nodes and of nodes their group's jobs were moved off (admins: all)."""
 
@@ -59,11 +75,14 @@ class ReclaimViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[ReclaimEvent]:
         queryset = permissions.visible_reclaims(self.request.user).select_related("node", "requested_by")
-        params = self.request.query_params
-        if params.get("node", "").isdigit():
-            queryset = queryset.filter(node_id=int(params["node"]))
-        if "kind" in params:
-            queryset = queryset.filter(kind=params["kind"])
+        if self.action == "list":
+            query = s.ReclaimListQuerySerializer(data=self.request.query_params.dict())
+            query.is_valid(raise_exception=True)
+            filters = query.validated_data
+            if "node" in filters:
+                queryset = queryset.filter(node_id=filters["node"])
+            if "kind" in filters:
+                queryset = queryset.filter(kind=filters["kind"])
         return queryset.order_by("-requested_at", "-pk")
 
 
@@ -130,6 +149,7 @@ class DecideView(ServiceErrorsMixin, APIView):
     """
 
     kind: ClassVar[str] = "p1"
+    parser_classes = [JSONParser]  # the design §5 requests are JSON documents
 
     def post(self, request: Request) -> Response:
         if not isinstance(request.data, dict):
@@ -155,7 +175,7 @@ def decide_view(kind: str) -> Any:
         operation_id=f"decide_{kind}",
         summary=f"What-if {kind.upper()} decision (design §5)",
         request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+        responses={200: OpenApiTypes.OBJECT},
         examples=[OpenApiExample(f"{kind} request", value=_DECIDE_EXAMPLES[kind], request_only=True)],
     )(post)
     view = type(f"Decide{kind.upper()}View", (DecideView,), {"kind": kind, "post": documented,

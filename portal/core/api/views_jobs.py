@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.core import permissions
 from portal.core.api import serializers as s
-from portal.core.api.idempotency import PARAMETER as IDEMPOTENCY_KEY
 from portal.core.api.idempotency import idempotent
 from portal.core.api.mixins import ServiceErrorsMixin
 from portal.core.models import Job, ResearchGroup
@@ -29,11 +29,16 @@ def _default_group(user: Any) -> ResearchGroup:
     return groups[0]
 
 
+@extend_schema_view(list=extend_schema(parameters=[s.JobListQuerySerializer]))
 class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """A researcher sees and cancels only their group's jobs; anybody else gets 404 for them."""
 
     serializer_class = s.JobSerializer
+    # JSON only: the bodies nest lists of objects that form encodings cannot carry (other types answer 415).
+    parser_classes = [JSONParser]
     permission_classes = [IsAuthenticated, permissions.CanCancelJob]
+    # Actions that move the job's lifecycle: a refused or raced transition answers 409 (the schema says so).
+    transition_actions = frozenset({"cancel"})
 
     def get_queryset(self) -> QuerySet[Job]:
         queryset = (
@@ -41,14 +46,17 @@ class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
             .select_related("owner", "group")
             .prefetch_related("placements__node")
         )
-        params = self.request.query_params
-        if "state" in params:
-            queryset = queryset.filter(state=params["state"])
-        if params.get("group", "").isdigit():
-            queryset = queryset.filter(group_id=int(params["group"]))
+        if self.action == "list":
+            query = s.JobListQuerySerializer(data=self.request.query_params.dict())
+            query.is_valid(raise_exception=True)
+            filters = query.validated_data
+            if "state" in filters:
+                queryset = queryset.filter(state=filters["state"])
+            if "group" in filters:
+                queryset = queryset.filter(group_id=filters["group"])
         return queryset
 
-    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=s.JobSubmitSerializer, responses={201: s.JobSerializer})
+    @extend_schema(request=s.JobSubmitSerializer, responses={201: s.JobSerializer})
     @idempotent
     def create(self, request: Request) -> Response:
         """Submit a job; it is charged to ``group`` and queued for placement."""
@@ -64,7 +72,7 @@ class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         job = job_services.submit_job(user, group=group, **data)
         return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses=s.JobSerializer)
+    @extend_schema(request=None, responses=s.JobSerializer)
     @action(detail=True, methods=["post"])
     @idempotent
     def cancel(self, request: Request, pk: str | None = None) -> Response:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,7 +17,6 @@ from rest_framework.response import Response
 from portal.control.reclaim.plan import preview as preview_reclaim
 from portal.core import permissions
 from portal.core.api import serializers as s
-from portal.core.api.idempotency import PARAMETER as IDEMPOTENCY_KEY
 from portal.core.api.idempotency import idempotent
 from portal.core.api.mixins import ServiceErrorsMixin
 from portal.core.models import Node, Provider
@@ -32,13 +32,18 @@ def _default_provider(user: Any) -> Provider:
     return labs[0]
 
 
+@extend_schema_view(list=extend_schema(parameters=[s.NodeListQuerySerializer]))
 class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Nodes are readable by every signed-in user; changes need the node's lab or an admin."""
 
     serializer_class = s.NodeSerializer
+    # JSON only: the bodies nest lists of objects that form encodings cannot carry (other types answer 415).
+    parser_classes = [JSONParser]
     permission_classes = [IsAuthenticated, permissions.CanManageNode]
     # Read-only actions that still reveal the lab's business (hosted jobs): manage permission required.
     manage_actions = frozenset({"reclaim_preview"})
+    # Actions that move the node's lifecycle: a refused or raced transition answers 409 (the schema says so).
+    transition_actions = frozenset({"reclaim", "emergency_reclaim", "killswitch", "lend_again"})
 
     def get_queryset(self) -> QuerySet[Node]:
         queryset = (
@@ -46,21 +51,24 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
             .select_related("provider", "building", "access_link")
             .prefetch_related("gpus", "lending_windows")
         )
-        params = self.request.query_params
-        if "state" in params:
-            queryset = queryset.filter(state=params["state"])
-        if params.get("provider", "").isdigit():
-            queryset = queryset.filter(provider_id=int(params["provider"]))
-        if params.get("building", "").isdigit():
-            queryset = queryset.filter(building_id=int(params["building"]))
-        if params.get("mine") in {"1", "true"}:
-            queryset = queryset.filter(provider__members=self.request.user)
+        if self.action == "list":
+            query = s.NodeListQuerySerializer(data=self.request.query_params.dict())
+            query.is_valid(raise_exception=True)
+            filters = query.validated_data
+            if "state" in filters:
+                queryset = queryset.filter(state=filters["state"])
+            if "provider" in filters:
+                queryset = queryset.filter(provider_id=filters["provider"])
+            if "building" in filters:
+                queryset = queryset.filter(building_id=filters["building"])
+            if filters["mine"]:
+                queryset = queryset.filter(provider__members=self.request.user)
         return queryset.order_by("name")
 
     def _reload(self, node: Node) -> Node:
         return self.get_queryset().get(pk=node.pk)
 
-    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=s.NodeRegisterSerializer, responses={201: s.NodeRegisteredSerializer})
+    @extend_schema(request=s.NodeRegisterSerializer, responses={201: s.NodeRegisteredSerializer})
     @idempotent
     def create(self, request: Request) -> Response:
         """Register a node; the response carries its agent token, shown this once only."""
@@ -108,7 +116,7 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         windows = node.lending_windows.all().order_by("weekday", "start_time")
         return Response({"windows": s.LendingWindowSerializer(windows, many=True).data})
 
-    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=s.ReclaimRequestSerializer, responses={201: s.ReclaimEventSerializer})
+    @extend_schema(request=s.ReclaimRequestSerializer, responses={201: s.ReclaimEventSerializer})
     @action(detail=True, methods=["post"])
     @idempotent
     def reclaim(self, request: Request, pk: str | None = None) -> Response:
@@ -119,7 +127,7 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         event = reclaim_services.request_reclaim(node, request.user, serializer.validated_data["notice_s"])
         return Response(s.ReclaimEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses={201: s.ReclaimEventSerializer})
+    @extend_schema(request=None, responses={201: s.ReclaimEventSerializer})
     @action(detail=True, methods=["post"], url_path="emergency-reclaim")
     @idempotent
     def emergency_reclaim(self, request: Request, pk: str | None = None) -> Response:
@@ -127,7 +135,7 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         event = reclaim_services.emergency_reclaim(self.get_object(), request.user)
         return Response(s.ReclaimEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses={201: s.ReclaimEventSerializer})
+    @extend_schema(request=None, responses={201: s.ReclaimEventSerializer})
     @action(detail=True, methods=["post"])
     @idempotent
     def killswitch(self, request: Request, pk: str | None = None) -> Response:
@@ -135,7 +143,7 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         event = reclaim_services.engage_killswitch(self.get_object(), request.user)
         return Response(s.ReclaimEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(parameters=[IDEMPOTENCY_KEY], request=None, responses=s.NodeSerializer)
+    @extend_schema(request=None, responses=s.NodeSerializer)
     @action(detail=True, methods=["post"], url_path="lend-again")
     @idempotent
     def lend_again(self, request: Request, pk: str | None = None) -> Response:
@@ -162,6 +170,6 @@ class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         """What reclaiming the node with this notice would do to each hosted job: the reclaim planner's own
         answer on the current state (design §9.2), and the shortest notice with which no job loses work."""
         node = self.get_object()
-        query = s.ReclaimPreviewQuerySerializer(data=request.query_params)
+        query = s.ReclaimPreviewQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         return Response(preview_reclaim(node, query.validated_data["notice_s"]))
