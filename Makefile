@@ -8,18 +8,19 @@ TEST_DATABASE_URL ?= postgres://reclaimnet@127.0.0.1:5432/reclaimnet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export RECLAIMNET_TESTING_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) RECLAIMNET_TESTING=1
 
-.PHONY: help venv services demo test test-unit lint clean
+.PHONY: help venv services demo test test-unit lint lock clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   - set up and run the portal on the embedded default (SQLite, in-process scheduler, simulated agents)"
 	@echo "make test   - set up and run the whole suite against PostgreSQL and Redis"
-	@echo "other targets: lint bench bench-tick bench-net e2e test-browser evaluate clean"
+	@echo "other targets: lint lock bench bench-tick bench-net e2e chaos fuzz-api load test-browser evaluate clean"
 
-$(VENV)/.installed: pyproject.toml
+# pyproject.toml holds the supported ranges; constraints.txt the exact versions tested together (`make lock`).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -c constraints.txt
 	@touch $@
 
 venv: $(VENV)/.installed
@@ -29,6 +30,10 @@ services:
 
 lint: venv
 	$(VENV)/bin/ruff check .
+
+# Rewrite constraints.txt from what is installed (after changing a range in pyproject.toml and testing).
+lock: venv
+	$(PY) scripts/lock_constraints.py
 
 demo: venv
 	@bash scripts/demo.sh
