@@ -62,6 +62,21 @@ ACK_DELAY_S = 0.02  # acks of commands arriving together go in one message (a bu
 ACKS_PER_MESSAGE = 256
 HELD_SCAN_EVERY = 10  # watch-loop passes (100 ms each) between scans of the checkpoints held
 RESTORE_FAILED = "restore checkpoint missing or corrupt"  # the reason the portal recognises
+QUICK_RECONNECT_S = 15.0  # the first seconds of an outage (a portal restart): reconnect attempts stay quick
+QUICK_RECONNECT_MAX_S = 1.0  # ... at most this far apart (full jitter from reconnect_min_s)
+HEALTHY_SESSION_S = 5.0  # a session that lasted this long ended an outage: the next one starts quick again
+
+
+def reconnect_delay_s(outage_s: float, slow_attempts: int, min_s: float, max_s: float, rand: float) -> float:
+    """The wait before the next connection attempt (full jitter, ``rand`` in [0, 1)).
+
+    For the first QUICK_RECONNECT_S of an outage: uniform in [min_s, QUICK_RECONNECT_MAX_S], so a restarted
+    portal sees its agents back within about a second and not all at once. Then exponential backoff with
+    full jitter, the cap doubling per attempt up to ``max_s`` (the portal's reconnect grace covers ``max_s``,
+    design §9.10)."""
+    quick_cap_s = min(max_s, max(min_s, QUICK_RECONNECT_MAX_S))
+    cap_s = quick_cap_s if outage_s < QUICK_RECONNECT_S else min(max_s, quick_cap_s * 2.0 ** slow_attempts)
+    return min_s + rand * max(0.0, cap_s - min_s)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a sha256 the portal accepts (a job writes its own manifests)
 
 
@@ -122,7 +137,8 @@ class Agent:
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     async def run(self) -> int:
-        """Start the data server, take the inventory, then connect with exponential backoff + jitter."""
+        """Start the data server, take the inventory, then connect, reconnecting quickly at first, then with
+        exponential backoff (full jitter, :func:`reconnect_delay_s`)."""
         host, port = await self.receiver.start(self.config.data_host, self.config.data_port)
         self.data_addr = (self.config.advertise_host or host, port)
         self.gpus = inventory(self.config.simulate_gpus, self.config.token[-6:])
@@ -130,7 +146,8 @@ class Agent:
         log.info("data server on %s:%d, %d GPU(s) (%s), edge %s", *self.data_addr, len(self.gpus),
                  "simulated" if self.gpus and self.gpus[0].simulated else "NVML", self.edge.backend_name)
         watcher = asyncio.create_task(self._watch_loop())
-        delay = self.config.reconnect_min_s
+        outage_started: float | None = None
+        slow_attempts = 0
         try:
             while not self.stopping.is_set():
                 started = time.monotonic()
@@ -141,12 +158,16 @@ class Agent:
                 if self.auth_refused:
                     log.error("the portal refused this agent's token; not reconnecting")
                     return 3
-                if time.monotonic() - started > 5.0:
-                    delay = self.config.reconnect_min_s  # the session was healthy: start backoff over
-                sleep_s = delay * (0.5 + random.random())
+                now = time.monotonic()
+                if outage_started is None or now - started > HEALTHY_SESSION_S:
+                    outage_started, slow_attempts = now, 0  # a healthy session ended: a new outage begins
+                outage_s = now - outage_started
+                sleep_s = reconnect_delay_s(outage_s, slow_attempts, self.config.reconnect_min_s,
+                                            self.config.reconnect_max_s, random.random())
+                if outage_s >= QUICK_RECONNECT_S:
+                    slow_attempts += 1
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), sleep_s)
-                delay = min(self.config.reconnect_max_s, delay * 2)
         finally:
             watcher.cancel()
             await self.receiver.close()

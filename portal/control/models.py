@@ -270,3 +270,20 @@ class LinkCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} = {self.value}"
+
+
+class LinkServer(models.Model):
+    """One agent-link server process (a daphne), beating every few seconds while it can serve agents: its
+    channel layer answers and it can write here, on the thread that records heartbeats (design §9.10).
+
+    ``serving_since`` is when its current uninterrupted run of beats began: set at its first beat, and again after
+    a beat that came late (the process stalled, the database was down) or after it failed to record an agent's
+    message. The tick judges heartbeat silence only over time the link was serving."""
+
+    name = models.CharField(max_length=120, primary_key=True)  # host:pid:random, one per process start
+    started_at = models.DateTimeField()
+    serving_since = models.DateTimeField()
+    alive_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"link server {self.name} (serving since {self.serving_since:%H:%M:%S})"

@@ -3,7 +3,9 @@ command the portal sends them. For tests that count commands (exactly once) rath
 
 They speak the agent's protocol (design §9.9): every command is acknowledged (``ack``); a command whose
 ``cmd_id`` was seen before (the portal re-sends until the ack arrives) is acked again, counted in
-``duplicates`` and not recorded twice; they send no reliable reports, so they wait for no ``received``."""
+``duplicates`` and not recorded twice; they send no reliable reports, so they wait for no ``received``.
+``arrived[(node id, kind)]`` is the wall-clock time the first command of that kind reached the agent (the
+benchmark's "agent acting"), read before the ack is sent."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 
@@ -23,9 +26,13 @@ class RecordingAgents:
     every ``heartbeat_interval_s`` the portal asks for, and answers nothing else: the portal is under test.
     """
 
-    def __init__(self, url: str, tokens: dict[int, str]) -> None:
+    def __init__(self, url: str, tokens: dict[int, str], stagger_s: float = 0.0,
+                 on_arrival: Callable[[int, str, float], None] | None = None) -> None:
         self.url = url
+        self.on_arrival = on_arrival  # called (in the agents' thread) with each first arrival of a kind
         self.tokens = tokens
+        self.stagger_s = stagger_s  # agent k connects k × stagger_s after start (a campus coming up)
+        self.arrived: dict[tuple[int, str], float] = {}
         self.commands: dict[int, list[dict[str, Any]]] = defaultdict(list)
         self.seen_ids: dict[int, set[str]] = defaultdict(set)
         self.duplicates = 0  # commands received again (re-sent before their ack arrived)
@@ -39,9 +46,10 @@ class RecordingAgents:
         with self.lock:
             return [c for c in self.commands[node_id] if c.get("type") == kind]
 
-    async def _agent(self, node_id: int, token: str) -> None:
+    async def _agent(self, node_id: int, token: str, delay_s: float = 0.0) -> None:
         from websockets.asyncio.client import connect
 
+        await asyncio.sleep(delay_s)
         while True:  # reconnect when the portal drops the connection
             try:
                 async with connect(self.url, additional_headers={"Authorization": f"Bearer {token}"},
@@ -66,7 +74,13 @@ class RecordingAgents:
                     beating = asyncio.create_task(beat())
                     try:
                         async for raw in ws:
+                            arrived = time.time()
                             msg = json.loads(raw)
+                            key = (node_id, str(msg.get("type")))
+                            if key not in self.arrived:
+                                self.arrived[key] = arrived
+                                if self.on_arrival is not None:
+                                    self.on_arrival(node_id, key[1], arrived)
                             cmd_id = msg.get("cmd_id")
                             if isinstance(cmd_id, str):
                                 await ws.send(json.dumps({"type": "ack", "cmd_id": cmd_id, "t": time.time()}))
@@ -86,8 +100,9 @@ class RecordingAgents:
 
     def start(self) -> None:
         self.thread.start()
-        for node_id, token in self.tokens.items():
-            self.tasks.append(asyncio.run_coroutine_threadsafe(self._agent(node_id, token), self.loop))
+        for k, (node_id, token) in enumerate(self.tokens.items()):
+            self.tasks.append(asyncio.run_coroutine_threadsafe(self._agent(node_id, token, k * self.stagger_s),
+                                                               self.loop))
 
     def stop(self) -> None:
         if not self.thread.is_alive():
@@ -95,10 +110,12 @@ class RecordingAgents:
         for task in self.tasks:
             task.cancel()
 
-        async def settle() -> None:
-            await asyncio.sleep(0.1)
+        async def settle() -> None:  # every agent task has closed its websocket and ended
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if tasks:
+                await asyncio.wait(tasks, timeout=10)
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(settle(), self.loop).result(5)
+            asyncio.run_coroutine_threadsafe(settle(), self.loop).result(15)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)

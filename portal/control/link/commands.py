@@ -19,12 +19,11 @@ import time
 import uuid
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from portal.control.link.publish import group_send_many
 from portal.control.models import AgentCommand, AgentSession
 
 log = logging.getLogger(__name__)
@@ -62,16 +61,9 @@ def supersede_key_of(node_id: int, kind: str, fields: dict[str, Any]) -> str:
 
 def _push(batch: list[tuple[int, dict[str, Any]]]) -> None:
     """Hand ``(node id, payload)`` pairs to the channel layer, in order; never raises (a lost push is re-sent)."""
-    layer = get_channel_layer()
-    if layer is None or not batch:
-        return
-
-    async def _send() -> None:
-        for node_id, payload in batch:
-            await layer.group_send(agent_group(node_id), {"type": "agent.command", "payload": payload})
-
     try:
-        async_to_sync(_send)()
+        group_send_many([(agent_group(node_id), {"type": "agent.command", "payload": payload})
+                         for node_id, payload in batch])
     except Exception:  # the row stays unacked: the reconciler and the agent's reconnect send it again
         log.warning("command to agents not delivered now: %s", [p.get("type") for _, p in batch], exc_info=True)
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import secrets
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from portal.control.link import commands
@@ -58,11 +61,13 @@ from portal.control.reclaim.workflow import (
     runtime,
 )
 from portal.core import outbox
+from portal.core.bulk import update_columns
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
-from portal.core.models import BandwidthSample, Checkpoint, Gpu, Job, Node
+from portal.core.models import BandwidthSample, Checkpoint, Gpu, Job, Node, Placement
+from portal.core.models.nodes import hash_agent_token
 from portal.core.outbox import Task
 from portal.core.services.nodes import node_for_agent_token
 
@@ -82,11 +87,6 @@ def authenticate(token: str) -> int | None:
     if node is None or node.state == NodeState.RETIRED:
         return None
     return node.pk
-
-
-def token_still_valid(node_id: int, token: str) -> bool:
-    """Whether a connected session's token still authenticates its node (not revoked, rotated or retired)."""
-    return authenticate(token) == node_id
 
 
 def record_rejection(node_id: int | None, reason: str, kind: str) -> None:
@@ -234,28 +234,85 @@ def _job_on_node(node_id: int, job_id: int) -> Job:
     return job
 
 
+@dataclass(frozen=True)
+class HeartbeatSeen:
+    """One heartbeat as the consumer received it, waiting to be recorded with the others (design §9.10)."""
+
+    node_id: int
+    session_id: int | None
+    token: str | None  # the session's token, re-checked when recorded (None: already authenticated now)
+    received_at: dt.datetime
+    msg: Heartbeat
+
+
 def heartbeat(node_id: int, msg: Heartbeat) -> None:
-    now = timezone.now()
-    Node.objects.filter(pk=node_id).update(last_heartbeat_at=now)
-    node = Node.objects.get(pk=node_id)
-    if node.state == NodeState.OFFLINE:
-        node_lifecycle.come_online(node)
-    steps = {int(j["job_id"]): int(j.get("step", 0)) for j in msg["jobs"]}
-    if steps:
-        mine = set(Job.objects.filter(pk__in=steps, placements__node_id=node_id,
-                                      placements__ended_at__isnull=True).values_list("pk", flat=True))
-        for job_id in mine:
-            Job.objects.filter(pk=job_id).update(progress_step=steps[job_id])
-    egress = msg["egress"]
+    """One heartbeat, recorded at once (a heartbeat sent as a reliable report; the consumer batches the others)."""
+    record_heartbeats([HeartbeatSeen(node_id, None, None, timezone.now(), msg)])
+
+
+def _token_valid(seen: HeartbeatSeen, token_hash: str, revoked: bool, state: str) -> bool:
+    if seen.token is None:
+        return True
+    return (not revoked and state != NodeState.RETIRED
+            and secrets.compare_digest(token_hash, hash_agent_token(seen.token)))
+
+
+def record_heartbeats(seen: list[HeartbeatSeen]) -> list[HeartbeatSeen]:
+    """Record the heartbeats of many nodes in one transaction and a fixed number of statements (design §9.10):
+    tokens re-checked (a token revoked, rotated or retired mid-session is refused), last heartbeat times, nodes
+    back from offline, job progress, one egress sample per link per control period. The newest heartbeat of a
+    node counts. Returns the refused ones (the consumer closes their sessions)."""
+    newest: dict[int, HeartbeatSeen] = {}
+    for item in seen:
+        newest[item.node_id] = item
+    if not newest:
+        return []
+    with transaction.atomic():
+        rows = {pk: rest for pk, *rest in Node.objects.filter(pk__in=newest).values_list(
+            "pk", "agent_token_hash", "agent_token_revoked", "state", "access_link_id")}
+        refused = [h for h in newest.values() if h.node_id not in rows or not _token_valid(h, *rows[h.node_id][:3])]
+        if refused:
+            RejectedMessage.objects.bulk_create([RejectedMessage(node_id=h.node_id, reason="agent token revoked",
+                                                                 message_type="heartbeat")
+                                                 for h in refused if h.node_id in rows])
+        refused_ids = {h.node_id for h in refused}
+        beats = [h for h in newest.values() if h.node_id not in refused_ids]
+        if not beats:
+            return refused
+        steps = {(h.node_id, int(j["job_id"])): int(j.get("step", 0)) for h in beats for j in h.msg["jobs"]}
+        if steps:
+            mine = list(Placement.objects.filter(ended_at__isnull=True, node_id__in={n for n, _ in steps},
+                                                 job_id__in={j for _, j in steps})
+                        .values_list("node_id", "job_id"))
+            mine = [key for key in mine if key in steps]
+            update_columns(Job, "pk", [j for _, j in mine], {"progress_step": [steps[key] for key in mine]})
+        _sample_egress([h for h in beats if rows[h.node_id][3]], {pk: r[3] for pk, r in rows.items()})
+        # The node rows last: their locks are held only until the commit right after (a reclaim locks a node row).
+        # One time for the batch: the earliest receipt in it (at most FLUSH_S before the others).
+        Node.objects.filter(pk__in=[h.node_id for h in beats]).update(
+            last_heartbeat_at=min(h.received_at for h in beats))
+        offline = [h.node_id for h in beats if rows[h.node_id][2] == NodeState.OFFLINE]
+        for node in Node.objects.filter(pk__in=offline, state=NodeState.OFFLINE):  # rare: a node coming back
+            node_lifecycle.come_online(node)
+    return refused
+
+
+def _sample_egress(beats: list[HeartbeatSeen], link_of: dict[int, int]) -> None:
+    """One egress sample per node per control period (the newest heartbeat's mean, when it is a finite rate)."""
+    means = {}
+    for h in beats:
+        mean = h.msg["egress"].get("mean_bytes_per_s")
+        if isinstance(mean, int | float) and not isinstance(mean, bool) and math.isfinite(mean) \
+                and 0 <= mean <= MAX_BYTES_PER_S:
+            means[h.node_id] = (h.received_at, float(mean))
+    if not means:
+        return
     period = dt.timedelta(seconds=settings.RECLAIMNET["CONTROL_PERIOD_S"])
-    mean = egress.get("mean_bytes_per_s")
-    if node.access_link_id and isinstance(mean, int | float) and not isinstance(mean, bool) \
-            and math.isfinite(mean) and 0 <= mean <= MAX_BYTES_PER_S:
-        last = BandwidthSample.objects.filter(node_id=node_id).order_by("-sampled_at").values_list(
-            "sampled_at", flat=True).first()
-        if last is None or now - last >= period:
-            BandwidthSample.objects.create(link_id=node.access_link_id, node_id=node_id, sampled_at=now,
-                                           bytes_per_s=float(egress["mean_bytes_per_s"]))
+    last = dict(BandwidthSample.objects.filter(node_id__in=means, resolution_s=0).values("node_id")
+                .annotate(last=Max("sampled_at")).values_list("node_id", "last"))
+    BandwidthSample.objects.bulk_create([
+        BandwidthSample(link_id=link_of[node_id], node_id=node_id, sampled_at=at, bytes_per_s=mean)
+        for node_id, (at, mean) in means.items() if last.get(node_id) is None or at - last[node_id] >= period])
 
 
 def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:

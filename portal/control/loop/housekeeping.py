@@ -19,7 +19,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from portal.control.config import rn
-from portal.control.link import commands, handlers
+from portal.control.link import commands, handlers, presence
 from portal.core.models import BandwidthSample, DecisionLog
 
 RAW_KEEP_S = 86400.0
@@ -68,4 +68,5 @@ def prune_decision_logs(now: dt.datetime | None = None) -> int:
 def housekeeping(now: dt.datetime | None = None) -> dict[str, int]:
     """What beat runs every ten minutes (and the embedded default beside its outbox pruning)."""
     return {**roll_up_samples(now), "decision_logs_pruned": prune_decision_logs(now),
-            "commands_pruned": commands.prune(now), "reports_pruned": handlers.prune_received(now)}
+            "commands_pruned": commands.prune(now), "reports_pruned": handlers.prune_received(now),
+            "link_servers_pruned": presence.prune(now)}

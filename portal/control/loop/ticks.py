@@ -15,7 +15,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from portal.control.config import rn
-from portal.control.link import commands
+from portal.control.link import commands, presence
 from portal.control.loop.estimates import EstimatorCache, update_estimates
 from portal.control.models import (
     MigrationPhase,
@@ -89,15 +89,27 @@ class TickContext:
     started_monotonic: float = field(default_factory=time.monotonic)
 
 
-def detect_lost_heartbeats(started_monotonic: float = -math.inf) -> list[int]:
-    """Nodes silent for longer than HEARTBEAT_TIMEOUT_S: offline, jobs recovered (design §1).
+def detect_lost_heartbeats(started_monotonic: float = -math.inf, now: dt.datetime | None = None) -> list[int]:
+    """Nodes silent for longer than HEARTBEAT_TIMEOUT_S while the portal was listening: offline, jobs recovered
+    (design §1, §9.10).
 
-    Nothing is declared lost during the first timeout after ``started_monotonic`` (when the process running the
-    tick started): after a control-plane restart every node looks silent until its agent has reconnected.
+    Silence counts from the later of the node's last heartbeat and the moment the agent link came back plus a
+    reconnect grace (:func:`portal.control.link.presence.evidence`): after a daphne restart, a database or Redis
+    outage, every agent looks silent until it has reconnected, and while no link server is serving at all
+    nobody is judged. Nothing is declared lost during the first timeout after ``started_monotonic`` either
+    (when the process running the tick started).
     """
     if time.monotonic() - started_monotonic < rn("HEARTBEAT_TIMEOUT_S"):
         return []
-    cutoff = timezone.now() - dt.timedelta(seconds=rn("HEARTBEAT_TIMEOUT_S"))
+    now = now or timezone.now()
+    cutoff = now - dt.timedelta(seconds=rn("HEARTBEAT_TIMEOUT_S"))
+    link = presence.evidence(now)
+    if link.recorded and not link.serving:
+        log.warning("no agent-link server is serving: heartbeat silence is not judged until one is back")
+        return []
+    silence_from = link.silence_from()
+    if silence_from is not None and silence_from >= cutoff:
+        return []  # the link came back less than grace + timeout ago: agents are still reconnecting
     lost = list(Node.objects.filter(state__in=[NodeState.ONLINE, NodeState.DRAINING])
                 .filter(Q(last_heartbeat_at__lt=cutoff) | Q(last_heartbeat_at__isnull=True))
                 .values_list("pk", flat=True))
@@ -393,7 +405,7 @@ def control_tick(now: dt.datetime | None = None, context: TickContext | None = N
         update_estimates(now, context.estimators if context is not None else None)
         due = pending_steps()
         started = context.started_monotonic if context is not None else -math.inf
-        lost = detect_lost_heartbeats(started) if due["lost"] else []
+        lost = detect_lost_heartbeats(started, now) if due["lost"] else []
         if due["deadlines"]:
             enforce_due_deadlines()
         expired = expire_transfers() if due["transfers"] else 0

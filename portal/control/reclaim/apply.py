@@ -75,11 +75,11 @@ def run_reclaim(reclaim_id: int, now: dt.datetime | None = None) -> str:
                                        deadline_at=reclaim.deadline_at if scheduled else None):
             return "already planned"
         node = reclaim.node
+        result = _plan_scheduled(reclaim, now or timezone.now()) if scheduled else _emergency(reclaim)
+        # After the plan: its commands to the agent are pushed first (after-commit callbacks run in order).
         publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "reclaim",
                              reclaim_id=reclaim.pk, node_id=node.pk, kind=reclaim.kind, notice_s=reclaim.notice_s)
-        if reclaim.kind == ReclaimKind.SCHEDULED:
-            return _plan_scheduled(reclaim, now or timezone.now())
-        return _emergency(reclaim)
+        return result
 
 
 def _emergency(reclaim: ReclaimEvent) -> str:
