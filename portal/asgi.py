@@ -25,14 +25,20 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from portal.celery import SHUTDOWN_GRACE_S, close_database_connections  # noqa: E402
 from portal.control.loop import embedded  # noqa: E402
+from portal.core.middleware import ConcurrencyLimit  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 
 log = logging.getLogger(__name__)
 
-application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": URLRouter(websocket_urlpatterns)})
+# Requests queue for one of RECLAIMNET_HTTP_CONCURRENCY slots instead of all running at once (docs/design.md §10).
+http_application = ConcurrencyLimit(django_asgi_app, settings.RECLAIMNET_HTTP_CONCURRENCY,
+                                    settings.RECLAIMNET_HTTP_QUEUE_TIMEOUT_S, settings.RECLAIMNET_DB_BUSY_RETRY_AFTER_S,
+                                    write_limit=settings.RECLAIMNET_HTTP_WRITE_CONCURRENCY)
+application = ProtocolTypeRouter({"http": http_application, "websocket": URLRouter(websocket_urlpatterns)})
 
 
 def _exit_at_deadline(grace_s: float) -> None:

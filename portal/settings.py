@@ -61,6 +61,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Keeps the chain above in one thread under ASGI (no thread hop per middleware): see its docstring.
+    "portal.core.middleware.SyncChainMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -106,6 +108,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = f"reclaimnet-{RECLAIMNET_PROCESS_KIND}"
 # A request that found the database busy (pool exhausted, connection slots used up) is told to come back after.
 RECLAIMNET_DB_BUSY_RETRY_AFTER_S = env_int("RECLAIMNET_DB_BUSY_RETRY_AFTER_S", 2)
+# At most this many HTTP reads, and RECLAIMNET_HTTP_WRITE_CONCURRENCY writes, run in Django at once per server
+# process (portal.asgi); the rest wait their turn, up to RECLAIMNET_HTTP_QUEUE_TIMEOUT_S, then are answered 503 +
+# Retry-After. Their sum stays below the daphne pool's 16 connections: the rest is left to the websocket
+# consumers (agents, live pages). 0: no bound.
+RECLAIMNET_HTTP_CONCURRENCY = env_int("RECLAIMNET_HTTP_CONCURRENCY", 6)
+RECLAIMNET_HTTP_WRITE_CONCURRENCY = env_int("RECLAIMNET_HTTP_WRITE_CONCURRENCY", 6)
+RECLAIMNET_HTTP_QUEUE_TIMEOUT_S = env_float("RECLAIMNET_HTTP_QUEUE_TIMEOUT_S", 30.0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded default takes concurrent writes (docs/design.md §8): WAL lets readers run beside the one
     # writer; IMMEDIATE takes the write lock at BEGIN, so two transactions never deadlock upgrading a read lock
@@ -186,6 +195,9 @@ if REDIS_URL:
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT = "portal.celery:RedisTransport"  # survives a Redis restart (see there)
+    # Sessions read from the shared cache (Redis), written through to the database: a signed-in page costs no
+    # session query.
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
     CELERY_TASK_ALWAYS_EAGER = False
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -282,6 +294,14 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# The admin dashboard's numbers are computed at most once per this many seconds for the whole deployment and
+# shared through the cache (portal/web/dashboard.py build); a refresh under way may serve the previous result
+# for up to RECLAIMNET_DASHBOARD_REFRESH_S more. 0 computes them on every request (the test suite's default:
+# its tests change the campus and read the dashboard at once).
+RECLAIMNET_DASHBOARD_MAX_AGE_S = env_float("RECLAIMNET_DASHBOARD_MAX_AGE_S",
+                                           0.0 if env_bool("RECLAIMNET_TESTING") else 5.0)
+RECLAIMNET_DASHBOARD_REFRESH_S = env_float("RECLAIMNET_DASHBOARD_REFRESH_S", 10.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -296,7 +316,7 @@ CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
-# --- Security (docs/design.md §9.9) ---
+# --- Security (docs/design.md §11) ---
 # Secure by default: with DEBUG off the portal assumes HTTPS terminated by a reverse proxy that sets (overwrites)
 # X-Forwarded-Proto, and sends secure cookies, HSTS and a Content-Security-Policy. Plain http (the embedded
 # default on 127.0.0.1, the test suite's own servers) needs DEBUG=1, RECLAIMNET_TESTING=1 or

@@ -7,7 +7,8 @@ Standard library only (threads + http.client), so it runs against any portal fro
         --credentials '{"admin": {"username": "admin", "password": "reclaimnet-demo"},
                         "researchers": [{"username": "researcher", "password": "reclaimnet-demo"}],
                         "providers": [{"username": "provider", "password": "reclaimnet-demo"}]}'
-    python scripts/loaddriver.py reads --base http://127.0.0.1:8000 --clients 4 --duration 20 --credentials FILE
+    python scripts/loaddriver.py reads --base http://127.0.0.1:8000 --clients 100 --duration 60 --think 1 \
+        --credentials FILE
 
 ``--credentials`` is the JSON itself or the path of a file holding it. The last line printed is the summary:
 ``writes: N requests, E server errors, D replay mismatches`` or ``load: N requests, E errors, p50 A ms, p99 B ms``;
@@ -33,6 +34,14 @@ unique name ``load-<run>-<client>-<n>`` so duplicates can be counted afterwards 
 what concurrency produces (reclaiming a node another client just reclaimed) and are only counted; 5xx answers
 and connection errors are server errors.
 
+Reads (``run_reads``; ``make load`` drives them with ``tests/load/run_load.py``). Closed-loop clients: each
+sends a request, waits for the answer, thinks (uniform in [0.5, 1.5] × ``--think`` seconds; 0 = none), repeats.
+Client ``i`` is an admin, a researcher or a provider in turn and picks its reads from ``READ_MIX`` (lists and
+details of jobs and nodes, reclaims, the summary, the dashboard page, its summary fragment and chart data, the
+provider and researcher pages). Each user logs in once, before the clock starts; its clients share the token and
+the session. ``run_submit_burst`` sends N job submits at one instant. An error is any answer but 200 (201 for a
+submit), or none.
+
 The ``messages`` cookie (Django's flash messages) is not sent back: redirects are not followed, and a browser
 that never showed them would otherwise grow the cookie (then the session) with every write.
 """
@@ -54,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # loadhttp sits beside this script
-from loadhttp import Answer, Http, LoginError, api_login, parse_forms, web_login
+from loadhttp import Answer, Http, api_login, parse_forms, web_login
 
 RETRY_SHARE = 0.10
 SAMPLES = 12
@@ -116,30 +125,6 @@ class WriteResult:
         lines += [f"  replay mismatch: {s}" for s in self.mismatch_samples]
         lines += [f"  client failed: {s}" for s in self.client_failures]
         return "\n".join(lines)
-
-
-@dataclass
-class ReadResult:
-    requests: int = 0
-    errors: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
-    samples: list[str] = field(default_factory=list)
-    elapsed_s: float = 0.0
-
-    def percentile(self, q: float) -> float:
-        return _percentile(self.latencies_ms, q)
-
-    @property
-    def p50_ms(self) -> float:
-        return self.percentile(50)
-
-    @property
-    def p99_ms(self) -> float:
-        return self.percentile(99)
-
-    def summary(self) -> str:
-        return (f"load: {self.requests} requests, {self.errors} errors, p50 {self.p50_ms:.0f} ms, "
-                f"p99 {self.p99_ms:.0f} ms")
 
 
 class _Recorder:
@@ -456,46 +441,200 @@ def run_writes(base_url: str, total: int, clients: int, credentials: dict[str, A
 
 # --- reads -------------------------------------------------------------------------------------------------------
 
-READ_PATHS_API = ["/api/nodes/", "/api/jobs/", "/api/reclaims/", "/api/summary/", "/api/campus/topology/"]
-READ_PATHS_WEB = ["/dashboard/", "/dashboard/charts.json"]
+# What each role reads, in the proportions a client picks them (uniformly). ``{job}`` and ``{node}`` are filled
+# with an id the client may see (picked afresh for every request). "api" paths go with the client's token,
+# "web" paths with its browser session.
+READ_MIX: dict[str, list[tuple[str, str]]] = {
+    "admin": [("web", "/dashboard/"), ("web", "/dashboard/charts.json"), ("web", "/dashboard/?fragment=summary"),
+              ("api", "/api/summary/"), ("api", "/api/nodes/"), ("api", "/api/nodes/{node}/"), ("api", "/api/jobs/"),
+              ("api", "/api/jobs/{job}/"), ("api", "/api/reclaims/"), ("api", "/api/campus/topology/")],
+    "researcher": [("web", "/jobs/"), ("web", "/jobs/{job}/"), ("api", "/api/jobs/"), ("api", "/api/jobs/{job}/"),
+                   ("api", "/api/nodes/"), ("api", "/api/summary/"), ("api", "/api/me/")],
+    "provider": [("web", "/provider/"), ("web", "/provider/nodes/{node}/"), ("api", "/api/nodes/?mine=1"),
+                 ("api", "/api/nodes/{node}/"), ("api", "/api/reclaims/"), ("api", "/api/summary/")],
+}
+ROLES = ("admin", "researcher", "provider")
 
 
-def run_reads(base_url: str, clients: int, duration_s: float, credentials: dict[str, Any]) -> ReadResult:
-    """GET the API lists and the admin dashboard as admin from ``clients`` threads for ``duration_s``."""
-    admin = _user_list(credentials, "admin")
-    if not admin:
-        raise ValueError("credentials need an admin")
-    result = ReadResult()
-    lock = threading.Lock()
-    deadline = time.monotonic() + duration_s
+@dataclass
+class ReadResult:
+    requests: int = 0
+    errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    by_path: dict[str, list[float]] = field(default_factory=dict)  # path template -> latencies (ms)
+    statuses: Counter[int] = field(default_factory=Counter)
+    samples: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    what: str = "reads"
 
-    def work(i: int) -> None:
+    def percentile(self, q: float) -> float:
+        return _percentile(self.latencies_ms, q)
+
+    @property
+    def p50_ms(self) -> float:
+        return self.percentile(50)
+
+    @property
+    def p99_ms(self) -> float:
+        return self.percentile(99)
+
+    def record(self, key: str, ans: Answer, ok_status: int = 200) -> None:
+        """One answer (the caller holds the lock)."""
+        self.requests += 1
+        self.latencies_ms.append(ans.ms)
+        self.by_path.setdefault(key, []).append(ans.ms)
+        self.statuses[ans.status] += 1
+        if ans.status != ok_status:
+            self.errors += 1
+            if len(self.samples) < SAMPLES:
+                self.samples.append(f"{key} {ans.status} {ans.error or ans.body[:200]!r}")
+
+    def summary(self) -> str:
+        return (f"load: {self.requests} requests, {self.errors} errors, p50 {self.p50_ms:.0f} ms, "
+                f"p99 {self.p99_ms:.0f} ms")
+
+    def report(self) -> str:
+        rate = self.requests / self.elapsed_s if self.elapsed_s else 0.0
+        lines = [f"{self.what}: {self.requests} requests in {self.elapsed_s:.1f} s ({rate:.1f}/s), {self.errors} "
+                 f"errors, p50 {self.p50_ms:.0f} ms, p90 {self.percentile(90):.0f} ms, p99 {self.p99_ms:.0f} ms, "
+                 f"max {max(self.latencies_ms, default=0):.0f} ms",
+                 "  statuses: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.statuses.items()))]
+        for key, values in sorted(self.by_path.items()):
+            lines.append(f"  {key}: {len(values)} requests, p50 {_percentile(values, 50):.0f} ms, "
+                         f"p99 {_percentile(values, 99):.0f} ms")
+        lines += [f"  error: {s}" for s in self.samples]
+        return "\n".join(lines)
+
+
+class _Session:
+    """One user's logins (API token, browser session) and the ids they may read; shared by the clients that
+    are this user (a person's several tabs, a script's several threads), so setup costs one login per user."""
+
+    def __init__(self, base_url: str, role: str, user: tuple[str, str]) -> None:
+        self.role, self.user = role, user
         api, web = Http(base_url), Http(base_url)
         try:
-            api_login(api, *admin[0])
-            web_login(web, *admin[0])
-            paths = [(api, p) for p in READ_PATHS_API] + [(web, p) for p in READ_PATHS_WEB]
-            k = i
-            while time.monotonic() < deadline:
-                http, path = paths[k % len(paths)]
-                k += 1
-                ans = http.get(path)
+            api_login(api, *user)
+            web_login(web, *user)
+            self.api_headers = dict(api.headers)
+            self.web_cookies = dict(web.cookies)
+            jobs = (api.get("/api/jobs/?limit=100").json() or {}).get("results", [])
+            nodes_path = "/api/nodes/?mine=1&limit=100" if role == "provider" else "/api/nodes/?limit=100"
+            nodes = (api.get(nodes_path).json() or {}).get("results", [])
+        finally:
+            api.close()
+            web.close()
+        self.job_ids = [int(j["id"]) for j in jobs]
+        self.node_ids = [int(n["id"]) for n in nodes]
+
+    def paths(self) -> list[tuple[str, str]]:
+        """This role's mix, without the detail pages it has no id for."""
+        return [(kind, path) for kind, path in READ_MIX[self.role]
+                if ("{job}" not in path or self.job_ids) and ("{node}" not in path or self.node_ids)]
+
+
+def read_sessions(base_url: str, credentials: dict[str, Any]) -> dict[str, list[_Session]]:
+    """Every user's logins for :func:`run_reads` (made once, before the clock starts)."""
+    users = {"admin": _user_list(credentials, "admin"), "researcher": _user_list(credentials, "researchers"),
+             "provider": _user_list(credentials, "providers")}
+    missing = [role for role, listed in users.items() if not listed]
+    if missing:
+        raise ValueError(f"credentials need at least one of: {', '.join(missing)}")
+    return {role: [_Session(base_url, role, user) for user in listed] for role, listed in users.items()}
+
+
+def _bases(base_url: str | list[str]) -> list[str]:
+    """One portal address, or several server processes of one portal (clients spread over them in turn, as a
+    reverse proxy's round robin would)."""
+    return [base_url] if isinstance(base_url, str) else list(base_url)
+
+
+def run_reads(base_url: str | list[str], clients: int, duration_s: float, credentials: dict[str, Any],
+              think_s: float = 0.0, seed: int = 0, sessions: dict[str, list[_Session]] | None = None) -> ReadResult:
+    """``clients`` closed-loop clients reading for ``duration_s``: client ``i`` is an admin, a researcher or a
+    provider (``ROLES[i % 3]``) and repeats: pick a read of its role (``READ_MIX``), send it, wait for the answer,
+    then think for a time drawn uniformly from [0.5, 1.5] × ``think_s`` (0: the next request at once). Any answer
+    but 200 is an error. Logins happen before the clock starts (one per user, shared by its clients; or pass
+    ``sessions`` from :func:`read_sessions`)."""
+    bases = _bases(base_url)
+    sessions = sessions or read_sessions(bases[0], credentials)
+    result = ReadResult()
+    lock = threading.Lock()
+    start_gate = threading.Barrier(clients)
+    deadline = [0.0]
+
+    def work(i: int) -> None:
+        rng = random.Random(seed * 100_003 + i)
+        role = ROLES[i % len(ROLES)]
+        session = sessions[role][(i // len(ROLES)) % len(sessions[role])]
+        api, web = Http(bases[i % len(bases)]), Http(bases[i % len(bases)])
+        api.headers.update(session.api_headers)
+        web.cookies.update(session.web_cookies)
+        paths = session.paths()
+        try:
+            if start_gate.wait() == 0:
+                deadline[0] = time.monotonic() + duration_s
+            start_gate.wait()
+            if think_s > 0:  # spread the first requests over one think time, as clients that started apart
+                time.sleep(rng.uniform(0.0, think_s))
+            while time.monotonic() < deadline[0]:
+                kind, template = rng.choice(paths)
+                path = template.format(job=rng.choice(session.job_ids or [0]),
+                                       node=rng.choice(session.node_ids or [0]))
+                ans = (api if kind == "api" else web).get(path)
                 with lock:
-                    result.requests += 1
-                    result.latencies_ms.append(ans.ms)
-                    if ans.status != 200:
-                        result.errors += 1
-                        if len(result.samples) < SAMPLES:
-                            result.samples.append(f"GET {path} {ans.status} {ans.error or ans.body[:200]!r}")
-        except LoginError as exc:
-            with lock:
-                result.errors += 1
-                result.samples.append(str(exc))
+                    result.record(f"{role} GET {template}", ans)
+                if think_s > 0:
+                    time.sleep(rng.uniform(0.5, 1.5) * think_s)
         finally:
             api.close()
             web.close()
 
     result.elapsed_s = _run_threads([lambda i=i: work(i) for i in range(clients)])
+    return result
+
+
+def submit_tokens(base_url: str, credentials: dict[str, Any]) -> list[dict[str, str]]:
+    """The researchers' ``Authorization`` headers for :func:`run_submit_burst` (log in before the clock starts)."""
+    researchers = _user_list(credentials, "researchers")
+    if not researchers:
+        raise ValueError("credentials need a researcher")
+    tokens = []
+    for user in researchers:
+        http = Http(base_url)
+        try:
+            api_login(http, *user)
+            tokens.append(dict(http.headers))
+        finally:
+            http.close()
+    return tokens
+
+
+def run_submit_burst(base_url: str | list[str], count: int, tokens: list[dict[str, str]],
+                     run: str | None = None) -> ReadResult:
+    """``count`` job submits (``POST /api/jobs/``, each with its own ``Idempotency-Key``) sent at the same instant
+    from ``count`` threads, with the researchers' ``tokens`` (:func:`submit_tokens`) in turn. Any answer but 201
+    is an error."""
+    bases = _bases(base_url)
+    run = run or uuid.uuid4().hex[:8]
+    result = ReadResult(what="submits")
+    lock = threading.Lock()
+    gate = threading.Barrier(count)
+
+    def work(i: int) -> None:
+        http = Http(bases[i % len(bases)])
+        http.headers.update(tokens[i % len(tokens)])
+        payload = {"name": f"load-{run}-burst-{i}", "gpu_count": 1, "expected_runtime_s": 60.0,
+                   "ckpt_bytes_estimate": 4096, "command": JOB_COMMAND, "loss_budget_s": 10.0, "restart_s": 1.0}
+        try:
+            gate.wait()
+            ans = http.post_json("/api/jobs/", payload, {"Idempotency-Key": str(uuid.uuid4())})
+            with lock:
+                result.record("POST /api/jobs/", ans, ok_status=201)
+        finally:
+            http.close()
+
+    result.elapsed_s = _run_threads([lambda i=i: work(i) for i in range(count)])
     return result
 
 
@@ -539,6 +678,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--clients", type=int, default=4)
     r.add_argument("--duration", type=float, default=20.0)
     r.add_argument("--credentials", required=True, help="JSON or a file holding it")
+    r.add_argument("--think", type=float, default=0.0, help="mean think time between a client's requests (s)")
+    r.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     credentials = load_credentials(args.credentials)
     if args.command == "writes":
@@ -546,9 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         print(wres.report())
         print(wres.summary())
         return 1 if wres.server_errors or wres.replay_mismatches or wres.client_failures else 0
-    rres = run_reads(args.base, args.clients, args.duration, credentials)
-    for sample in rres.samples:
-        print(f"  error: {sample}")
+    rres = run_reads(args.base, args.clients, args.duration, credentials, think_s=args.think, seed=args.seed)
+    print(rres.report())
     print(rres.summary())
     return 1 if rres.errors else 0
 

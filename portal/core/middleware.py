@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -135,3 +137,81 @@ class DatabaseBusyMiddleware:
             return None
         log.warning("answered 503 (%s) to %s %s: %s", reason, request.method, request.path, exception)
         return database_busy_response(request, reason)
+
+
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class ConcurrencyLimit:
+    """ASGI wrapper: at most ``limit`` reads (GET, HEAD, OPTIONS) and ``write_limit`` writes (default ``limit``)
+    inside Django at once per server process; the others wait their turn, first come first served, in the event
+    loop (docs/design.md §10 bounded resources).
+
+    Django runs each request's sync code in a thread of its own (asgiref's ``ThreadSensitiveContext``), so without
+    a bound a burst of 200 requests is 200 threads contending for one interpreter lock and a connection pool a
+    tenth that size: every request slows down together and, after the pool's timeout, many are refused at once.
+    With the bound (``limit + write_limit`` below the pool's size) a request waits here instead, costing
+    nothing, and runs at full speed when its turn comes. Reads and writes queue apart, so a burst of submits does
+    not make every page wait behind it, and fewer writes than reads run at once, so the burst leaves the pages
+    most of the process's time. A request that waited ``queue_timeout_s`` is answered 503 + ``Retry-After`` (JSON under
+    /api/). Websockets are not limited (they are long-lived; their database work is bounded by the pool)."""
+
+    def __init__(self, app: Any, limit: int, queue_timeout_s: float, retry_after_s: int,
+                 write_limit: int | None = None) -> None:
+        self.app = app
+        self.limit = limit
+        self.write_limit = limit if write_limit is None else write_limit
+        self.queue_timeout_s = queue_timeout_s
+        self.retry_after_s = retry_after_s
+        self._reads = asyncio.Semaphore(limit) if limit > 0 else None
+        self._writes = asyncio.Semaphore(self.write_limit) if limit > 0 and self.write_limit > 0 else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self._reads is None or self._writes is None or scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        slots = self._reads if scope.get("method") in _READ_METHODS else self._writes
+        try:
+            await asyncio.wait_for(slots.acquire(), self.queue_timeout_s)
+        except TimeoutError:
+            log.warning("answered 503 to %s %s: no request slot came free in %.0f s", scope.get("method"),
+                        scope.get("path"), self.queue_timeout_s)
+            await self._busy(scope, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            slots.release()
+
+    async def _busy(self, scope: dict[str, Any], send: Any) -> None:
+        message = f"Service busy: too many requests in progress. Please retry in {self.retry_after_s} s."
+        if str(scope.get("path", "")).startswith("/api/"):
+            body = json.dumps({"detail": message, "reason": "server_busy"}).encode()
+            content_type = b"application/json"
+        else:
+            body, content_type = message.encode(), b"text/plain; charset=utf-8"
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(self.retry_after_s).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class SyncChainMiddleware:
+    """Does nothing but be synchronous only. Placed after the async-capable middleware (sessions, CSRF, auth,
+    messages, htmx: innermost), it makes Django run the whole chain around the (synchronous) views in one thread.
+
+    Under ASGI Django runs an async-capable middleware in the event loop when the one inside it is async, and
+    ``MiddlewareMixin`` then hands each ``process_request``/``process_response`` to the request's thread and
+    back: about ten thread hops per request, each waiting for the event loop and the interpreter lock. With this
+    middleware innermost of them, a request crosses threads twice: into the chain, and into the view. Under 100
+    polling clients on 2 cores (``make load``) that took reads from 35 to 44 a second and their median latency
+    from 1.6 to 1.1 s (docs/design.md §10)."""
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)

@@ -8,14 +8,17 @@ data span two days or less, else by day.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from django.db.models import Count, Q
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from portal.core import campus
@@ -26,7 +29,6 @@ from portal.core.models import (
     DecisionLog,
     Gpu,
     Link,
-    LinkEstimate,
     Migration,
     MigrationMode,
     Node,
@@ -288,34 +290,38 @@ def traffic() -> Table:
 
 
 def building_bandwidth() -> Table:
-    """Per building: its uplink's capacity, estimated mean and lower-bound available bandwidth."""
+    """Per building: its uplink's capacity, estimated mean and lower-bound available bandwidth (three statements
+    whatever the number of buildings)."""
     table = Table(
         "building_bandwidth",
         "Bandwidth per building (uplink)",
         ["building", "link", "capacity_mbit_s", "mean_mbit_s", "lower_mbit_s", "samples_24h"],
     )
     since = timezone.now() - timedelta(hours=24)
-    uplinks = Link.objects.filter(kind=Link.Kind.UPLINK, lower_switch__isnull=False).select_related(
-        "lower_switch__building"
-    )
-    for link in uplinks.order_by("lower_switch__building__name", "name"):
+    uplinks = list(Link.objects.filter(kind=Link.Kind.UPLINK, lower_switch__isnull=False).select_related(
+        "lower_switch__building", "estimate"
+    ).order_by("lower_switch__building__name", "name"))
+    samples = {
+        row["link_id"]: (row["n"], row["total"])
+        for row in BandwidthSample.objects.filter(link__in=[link.pk for link in uplinks], sampled_at__gte=since)
+        .values("link_id").annotate(n=Count("pk"), total=Sum("bytes_per_s"))
+    }
+    for link in uplinks:
         building = link.lower_switch.building
-        estimate = LinkEstimate.objects.filter(link=link).first()
-        samples = BandwidthSample.objects.filter(link=link, sampled_at__gte=since)
+        estimate = getattr(link, "estimate", None)
+        count, total = samples.get(link.pk, (0, 0.0))
         mean = estimate.mean_bytes_per_s if estimate else None
-        if mean is None and samples.exists():
-            mean = sum(samples.values_list("bytes_per_s", flat=True)) / samples.count()
+        if mean is None and count:
+            mean = total / count
         table.rows.append([
             building.name if building else link.name,
             link.name,
             round(link.capacity_bytes_per_s * 8 / 1e6, 1),
             round(mean * 8 / 1e6, 1) if mean is not None else None,
             round(estimate.lower_bytes_per_s * 8 / 1e6, 1) if estimate else None,
-            samples.count(),
+            count,
         ])
     return table
-
-
 
 
 def adaptivity() -> Table:
@@ -434,8 +440,44 @@ def summary() -> dict[str, Any]:
     }
 
 
+CACHE_KEY = "reclaimnet:dashboard:v1"
+_REFRESH_LOCK_KEY = CACHE_KEY + ":refreshing"
+_clock = time.time  # the tests inject theirs
+
+
 def build(tables: dict[str, Table] | None = None) -> dict[str, Any]:
-    """Every table and the Chart.js data drawn from them (one call per dashboard render)."""
+    """Every table, the Chart.js data drawn from them and the summary (the dashboard page, its summary fragment
+    and its chart data all render this).
+
+    Computed at most once per ``RECLAIMNET_DASHBOARD_MAX_AGE_S`` for the whole deployment (docs/design.md §9.1:
+    the numbers are the read model's, only their age changes): the result is kept whole in Django's cache (Redis
+    in production, shared by every process), so all its numbers come from one computation and agree with each
+    other. When it is older than the bound, one request (the holder of a refresh lock) recomputes it while the
+    others still get the previous one; an entry is dropped ``RECLAIMNET_DASHBOARD_REFRESH_S`` after the bound,
+    so nothing older than their sum is ever shown. A bound of 0 computes on every call, as does passing
+    ``tables``."""
+    max_age_s = float(settings.RECLAIMNET_DASHBOARD_MAX_AGE_S)
+    if tables is not None or max_age_s <= 0:
+        return _build(tables)
+    refresh_s = float(settings.RECLAIMNET_DASHBOARD_REFRESH_S)
+    cached = cache.get(CACHE_KEY)
+    now_s = _clock()
+    if cached is not None and now_s - cached[0] <= max_age_s:
+        return cast(dict[str, Any], cached[1])
+    refreshing = cache.add(_REFRESH_LOCK_KEY, 1, timeout=refresh_s)
+    if cached is not None and not refreshing:
+        return cast(dict[str, Any], cached[1])  # another request is refreshing it: this one is still in bounds
+    try:
+        data = _build(None)
+        # Dropped when max_age_s + refresh_s have passed since the numbers were read, whatever the build took.
+        cache.set(CACHE_KEY, (now_s, data), timeout=max(0.001, max_age_s + refresh_s - (_clock() - now_s)))
+    finally:
+        if refreshing:
+            cache.delete(_REFRESH_LOCK_KEY)
+    return data
+
+
+def _build(tables: dict[str, Table] | None) -> dict[str, Any]:
     t = tables or {name: fn() for name, fn in TABLES.items()}
     charts = {
         "utilisation": _series(t["utilisation"], "period_start", [("utilisation_pct", "GPU utilisation %")]),

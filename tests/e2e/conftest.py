@@ -42,10 +42,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings() -> None:
-    """Our own test database name: other suites may be using ``test_reclaimnet`` on the same server."""
+    """Our own test database, named after the configured one (as tests/control/conftest.py does): other suites
+    and parallel runs on the same server (each with its own DATABASE_URL) do not share it."""
     from django.conf import settings
 
-    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = "test_reclaimnet_e2e"
+    base = settings.DATABASES["default"].get("NAME") or "reclaimnet"
+    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{base}_e2e"
 
 
 def _services_available() -> str | None:

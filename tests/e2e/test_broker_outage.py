@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 PROBE_QUEUE = "outage-probe"  # consumed only by the prefork worker of the restart test
 
 
-
 @pytest.mark.django_db
 def test_runs_on_the_test_database() -> None:
     """Makes pytest-django create the test database (see test_e2e_migration)."""

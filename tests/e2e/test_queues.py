@@ -65,7 +65,6 @@ def test_queues_for_future_work_exist_and_a_worker_without_q_consumes_all() -> N
     assert app.conf.task_default_queue in names
 
 
-
 @pytest.mark.e2e
 @pytest.mark.django_db
 def test_runs_on_the_test_database() -> None:

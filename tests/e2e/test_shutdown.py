@@ -34,7 +34,6 @@ KINDS = ("reclaimnet-daphne", "reclaimnet-worker", "reclaimnet-beat")
 REDIS_DB = 9  # this module's own queues on the shared server
 
 
-
 @pytest.mark.django_db
 def test_runs_on_the_test_database() -> None:
     """Makes pytest-django create the test database (see test_e2e_migration)."""

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from portal.celery import app as celery_app
 from tests.e2e import harness
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +52,17 @@ def _load_driver() -> ModuleType:
 
 
 loaddriver = _load_driver()
+
+
+def tickcampus() -> ModuleType:
+    """``scripts/tickcampus.py`` (a campus of any size, written in bulk) as the module ``tickcampus``."""
+    if "tickcampus" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("tickcampus", REPO / "scripts" / "tickcampus.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["tickcampus"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["tickcampus"]
 
 # Extra logins so six clients are not all one user: (username, lab, group). Two threads share each.
 EXTRA_USERS = [("provider2", "Robotics Lab", None), ("researcher2", None, "Computer Vision Group")]
@@ -88,6 +100,29 @@ def base_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+# The README's production workers: (queues, concurrency, name). One per queue group, as docs/design.md §10 asks.
+PRODUCTION_WORKERS = [
+    ("control", 2, "control"),
+    ("tick", 1, "tick"),
+    ("placement", 2, "placement"),
+    ("housekeeping,notifications,evaluation,default", 1, "slow"),
+]
+
+
+PRODUCTION_PERIODS = {  # the settings' own defaults: base_env shortens them for the write tests
+    "RECLAIMNET_CONTROL_PERIOD_S": "10", "RECLAIMNET_HEARTBEAT_INTERVAL_S": "2", "RECLAIMNET_HEARTBEAT_TIMEOUT_S": "10",
+}
+
+
+def production_env(database_url: str, redis_url: str) -> dict[str, str]:
+    """``base_env`` as production runs: no RECLAIMNET_TESTING (real password hashing, the login lockout, the
+    shared dashboard cache), default periods; plain HTTP on loopback (no TLS proxy here)."""
+    env = base_env(DATABASE_URL=database_url, REDIS_URL=redis_url, RECLAIMNET_INSECURE_HTTP="1",
+                   **PRODUCTION_PERIODS)
+    env.pop("RECLAIMNET_TESTING", None)
+    return env
+
+
 @dataclass
 class Deployment:
     """The processes of one portal deployment; only these are ever signalled."""
@@ -97,9 +132,16 @@ class Deployment:
     port: int = 0
     procs: list[harness.Proc] = field(default_factory=list)
 
+    extra_ports: list[int] = field(default_factory=list)  # the other daphne processes of start_production
+
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Every daphne process's address (a reverse proxy would spread clients over them)."""
+        return [self.base_url] + [f"http://127.0.0.1:{port}" for port in self.extra_ports]
 
     def manage(self, *args: str, timeout_s: float = 180) -> str:
         """``manage.py ARGS`` to completion; its output, or a failure showing it."""
@@ -142,6 +184,38 @@ class Deployment:
         beat = self.spawn("celery-beat", [PY, "-m", "celery", "-A", "portal", "beat", "-l", "INFO",
                                           "-s", str(self.workdir / "celerybeat-schedule")])
         return worker, beat
+
+    def start_production(self, daphne_processes: int = 1, server: str = "daphne") -> None:
+        """The README's production processes (``PRODUCTION_WORKERS``, beat, ``daphne_processes`` daphnes on ports
+        of their own, as behind a reverse proxy), each as its command says; returns when every daphne listens and
+        every worker is ready."""
+        self.port = self.port or harness.free_port()
+        self.extra_ports = [harness.free_port() for _ in range(daphne_processes - 1)]
+        self.env["CSRF_TRUSTED_ORIGINS"] = ",".join(self.base_urls)
+        for queues, concurrency, name in PRODUCTION_WORKERS:
+            self.spawn(f"celery-{name}", [
+                PY, "-m", "celery", "-A", "portal", "worker", "-Q", queues, "-c", str(concurrency),
+                "-n", f"{name}-{os.getpid()}@%h", "--without-mingle", "--without-gossip", "-l", "INFO",
+            ])
+        self.spawn("celery-beat", [PY, "-m", "celery", "-A", "portal", "beat", "-l", "INFO",
+                                   "-s", str(self.workdir / "celerybeat-schedule")])
+        argv = {  # the HTTP server of each process: daphne (the README's), or uvicorn to compare
+            "daphne": lambda port: [PY, "-m", "daphne", "-e", f"tcp:port={port}:interface=127.0.0.1:backlog=1024",
+                                    "portal.asgi:application"],
+            "uvicorn": lambda port: [PY, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--backlog",
+                                     "1024", "--no-access-log", "--log-level", "warning", "portal.asgi:application"],
+        }[server]
+        daphnes = [(self.spawn(f"{server}-{port}" if port != self.port else server, argv(port)), port)
+                   for port in [self.port, *self.extra_ports]]
+        for daphne, port in daphnes:
+            harness.wait_listening(daphne, port, 60)
+        for proc in self.procs:
+            if proc.name.startswith("celery-") and proc.name != "celery-beat":
+                harness.wait_for(lambda p=proc: b"ready" in p.log_path.read_bytes() or not p.alive(), 60,
+                                 what=f"{proc.name} ready")
+        for proc in self.procs:
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
 
     def wait_celery(self) -> None:
         worker = next(p for p in self.procs if p.name == "celery-worker")
@@ -189,6 +263,20 @@ class Deployment:
                 print(f"{proc.name} (pid {proc.popen.pid}) ignored SIGTERM for {time.monotonic() - started:.1f} s: "
                       "SIGKILLed")
             _stop_leftovers(children, timeout_s)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each process of this deployment has used so far, its children included (a
+        prefork worker's pool; Linux /proc, empty elsewhere)."""
+        tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+        out = {}
+        for proc in self.procs:
+            total = 0.0
+            for pid in [proc.popen.pid, *_descendants(proc.popen.pid)]:
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) * tick_s  # utime, stime
+            out[proc.name] = total
+        return out
 
     def errors(self, n_lines: int = 8) -> str:
         """The first ERROR lines (and the exception ending each traceback) of every process's log."""
@@ -355,11 +443,24 @@ def _server_of(url: str, schemes: tuple[str, ...], default: str) -> str:
 
 PG_SERVER = _server_of(os.environ.get("DATABASE_URL", ""), ("postgres", "postgresql"),
                        "postgres://reclaimnet@127.0.0.1:5432")
-LOAD_DATABASE = "test_reclaimnet_load"
+# Named after the suite's database (as tests/control/conftest.py names its test database): parallel runs on one
+# server, each with its own DATABASE_URL, do not share it.
+LOAD_DATABASE = f"test_{urlsplit(os.environ.get('DATABASE_URL', '')).path.lstrip('/') or 'reclaimnet'}_load"
 REDIS_SERVER = _server_of(os.environ.get("REDIS_URL", ""), ("redis", "rediss"), "redis://127.0.0.1:6379")
-LOAD_REDIS_DB = 5  # e2e uses 3, bench_e2e 4, the suite 0
-CELERY_KEYS = ("celery", "unacked", "unacked_index", "unacked_mutex", "_kombu.binding.celery",
-               "_kombu.binding.celery.pidbox", "_kombu.binding.celeryev")
+# e2e uses 3, bench_e2e 4, the suite 0; a parallel run names another with RECLAIMNET_LOAD_REDIS_DB.
+LOAD_REDIS_DB = int(os.environ.get("RECLAIMNET_LOAD_REDIS_DB", "5"))
+# kombu's Redis transport keeps a queue's messages of priority p > 0 under "<queue>\x06\x16<p>".
+_PRIORITY_SUFFIXES = ("", *(f"\x06\x16{p}" for p in range(1, 10)))
+
+
+def celery_keys() -> tuple[str, ...]:
+    """The Redis keys of Celery's messages: every queue of the app's ``task_queues`` (control, tick, placement,
+    … and the pre-routing "celery"), with its priority lists and binding, plus the unacked bookkeeping."""
+    names = {"celery", *(queue.name for queue in celery_app.conf.task_queues or ())}
+    keys = [f"{name}{suffix}" for name in sorted(names) for suffix in _PRIORITY_SUFFIXES]
+    keys += [f"_kombu.binding.{name}" for name in sorted(names)]
+    return (*keys, "unacked", "unacked_index", "unacked_mutex", "_kombu.binding.celery.pidbox",
+            "_kombu.binding.celeryev")
 
 
 def _pg_admin(statement: str) -> None:
@@ -369,34 +470,58 @@ def _pg_admin(statement: str) -> None:
         db.execute(statement)
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A database of our own on the suite's PostgreSQL server, dropped afterwards."""
-    try:
-        _pg_admin(f"DROP DATABASE IF EXISTS {LOAD_DATABASE} WITH (FORCE)")
-        _pg_admin(f"CREATE DATABASE {LOAD_DATABASE}")
-    except Exception as exc:  # no server, no CREATEDB right: the embedded test still runs
-        pytest.skip(f"no PostgreSQL for the load test at {PG_SERVER}: {exc}")
+@contextlib.contextmanager
+def own_postgres() -> Iterator[str]:
+    """A database of our own (``LOAD_DATABASE``) on the suite's PostgreSQL server, dropped afterwards."""
+    _pg_admin(f"DROP DATABASE IF EXISTS {LOAD_DATABASE} WITH (FORCE)")
+    _pg_admin(f"CREATE DATABASE {LOAD_DATABASE}")
     try:
         yield f"{PG_SERVER}/{LOAD_DATABASE}"
     finally:
         _pg_admin(f"DROP DATABASE IF EXISTS {LOAD_DATABASE} WITH (FORCE)")
 
 
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    """Redis database 5 of the suite's server, with Celery's queue keys dropped before and after."""
+@contextlib.contextmanager
+def own_redis() -> Iterator[str]:
+    """Redis database ``LOAD_REDIS_DB`` of the suite's server, with Celery's queue keys dropped before and
+    after."""
     import redis
 
     url = harness.redis_db(REDIS_SERVER, LOAD_REDIS_DB)
     client = redis.Redis.from_url(url, socket_connect_timeout=5)
     try:
         client.ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"no Redis for the load test at {url}: {exc}")
-    client.delete(*CELERY_KEYS)
+        client.delete(*celery_keys())
+        yield url
+    finally:
+        with contextlib.suppress(redis.RedisError):
+            client.delete(*celery_keys())
+        client.close()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    try:
+        manager = own_postgres()
+        url = manager.__enter__()
+    except Exception as exc:  # no server, no CREATEDB right: the embedded test still runs
+        pytest.skip(f"no PostgreSQL for the load test at {PG_SERVER}: {exc}")
     try:
         yield url
     finally:
-        client.delete(*CELERY_KEYS)
-        client.close()
+        manager.__exit__(None, None, None)
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    import redis
+
+    try:
+        manager = own_redis()
+        url = manager.__enter__()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis for the load test at {REDIS_SERVER}: {exc}")
+    try:
+        yield url
+    finally:
+        manager.__exit__(None, None, None)
