@@ -19,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from portal.control.link import commands
@@ -52,6 +53,7 @@ from portal.control.reclaim.workflow import (
     finish_started,
     forget_copies,
     job_groups,
+    old_run_ended,
     open_placement,
     publish_after_commit,
     restore_failed,
@@ -242,8 +244,12 @@ def heartbeat(node_id: int, msg: Heartbeat) -> None:
         node_lifecycle.come_online(node)
     steps = {int(j["job_id"]): int(j.get("step", 0)) for j in msg["jobs"]}
     if steps:
-        mine = set(Job.objects.filter(pk__in=steps, placements__node_id=node_id,
-                                      placements__ended_at__isnull=True).values_list("pk", flat=True))
+        # Only a run the portal knows started there (running, or still checkpointing before a move): a
+        # destination's report before its job_started must not overwrite the old run's last step (design §9.9).
+        mine = set(Job.objects.filter(pk__in=steps, placements__node_id=node_id, placements__ended_at__isnull=True)
+                   .filter(Q(state=JobState.RUNNING)
+                           | Q(state=JobState.MIGRATING, migrations__work__phase=MigrationPhase.CHECKPOINTING))
+                   .values_list("pk", flat=True))
         for job_id in mine:
             Job.objects.filter(pk=job_id).update(progress_step=steps[job_id])
     egress = msg["egress"]
@@ -358,10 +364,12 @@ def job_started(node_id: int, msg: JobStarted) -> None:
     restored = msg.get("restored_sequence")
     restored = restored if isinstance(restored, int) and not isinstance(restored, bool) else None
     step = msg.get("restored_step")
-    if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= 2**63 - 1:
-        Job.objects.filter(pk=job.pk).update(progress_step=step)
-    # An agent that says which step it restored (the key present) corrects the migration's work lost.
-    work = finish_started(job, node_id, restored, reported="restored_step" in msg)
+    step = step if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= 2**63 - 1 else None
+    # An agent that says which step it restored (the key present) corrects the migration's work lost, measured
+    # from the old run's last step: the progress recorded before this start (design §9.9).
+    work = finish_started(job, node_id, restored, reported="restored_step" in msg, restored_step=step)
+    if "restored_step" in msg:  # the new run's progress starts where it resumed (0: from the beginning)
+        Job.objects.filter(pk=job.pk).update(progress_step=step or 0)
     publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state, node_id=node_id)
     if work is not None:
         outbox.enqueue(Task.RELEASE_RECLAIMS)
@@ -378,9 +386,12 @@ def job_exited(node_id: int, msg: JobExited) -> None:
         raise RefusedError(f"unknown job {msg['job_id']}")
     placement = open_placement(job)
     if placement is None or placement.node_id != node_id:
-        # Not (or no longer) placed here: only a stale report of a job we moved away; nothing to change.
+        # Not (or no longer) placed here: a late report of a job we moved away; its final step is the best
+        # evidence of the work the move threw away (design §9.9).
         if not job.placements.filter(node_id=node_id).exists():
             raise RefusedError(f"job {job.pk} was never placed on this node")
+        if msg["reason"] != RESTORE_FAILED:
+            old_run_ended(job, node_id, int(msg["step"]))
         return
     job = Job.objects.select_for_update().get(pk=job.pk)
     if msg["reason"] == RESTORE_FAILED:
@@ -389,6 +400,8 @@ def job_exited(node_id: int, msg: JobExited) -> None:
         job.refresh_from_db()
         publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state)
         return
+    if job.state in (JobState.RUNNING, JobState.MIGRATING):  # the run's final step: how far it got
+        Job.objects.filter(pk=job.pk, progress_step__lt=msg["step"]).update(progress_step=msg["step"])
     rt = runtime(job)
     rt.returncode = msg["returncode"]
     rt.last_step = msg["step"]
