@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from portal.control.link import commands
@@ -55,6 +55,7 @@ from portal.control.reclaim.workflow import (
     finish_started,
     forget_copies,
     job_groups,
+    old_run_ended,
     open_placement,
     publish_after_commit,
     restore_failed,
@@ -281,9 +282,14 @@ def record_heartbeats(seen: list[HeartbeatSeen]) -> list[HeartbeatSeen]:
             return refused
         steps = {(h.node_id, int(j["job_id"])): int(j.get("step", 0)) for h in beats for j in h.msg["jobs"]}
         if steps:
+            # Only a run the portal knows started there (running, or still checkpointing before a move): a
+            # destination's report before its job_started must not overwrite the old run's last step (design §9.9).
             mine = list(Placement.objects.filter(ended_at__isnull=True, node_id__in={n for n, _ in steps},
                                                  job_id__in={j for _, j in steps})
-                        .values_list("node_id", "job_id"))
+                        .filter(Q(job__state=JobState.RUNNING)
+                                | Q(job__state=JobState.MIGRATING,
+                                    job__migrations__work__phase=MigrationPhase.CHECKPOINTING))
+                        .values_list("node_id", "job_id").order_by().distinct())
             mine = [key for key in mine if key in steps]
             update_columns(Job, "pk", [j for _, j in mine], {"progress_step": [steps[key] for key in mine]})
         _sample_egress([h for h in beats if rows[h.node_id][3]], {pk: r[3] for pk, r in rows.items()})
@@ -415,10 +421,12 @@ def job_started(node_id: int, msg: JobStarted) -> None:
     restored = msg.get("restored_sequence")
     restored = restored if isinstance(restored, int) and not isinstance(restored, bool) else None
     step = msg.get("restored_step")
-    if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= 2**63 - 1:
-        Job.objects.filter(pk=job.pk).update(progress_step=step)
-    # An agent that says which step it restored (the key present) corrects the migration's work lost.
-    work = finish_started(job, node_id, restored, reported="restored_step" in msg)
+    step = step if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= 2**63 - 1 else None
+    # An agent that says which step it restored (the key present) corrects the migration's work lost, measured
+    # from the old run's last step: the progress recorded before this start (design §9.9).
+    work = finish_started(job, node_id, restored, reported="restored_step" in msg, restored_step=step)
+    if "restored_step" in msg:  # the new run's progress starts where it resumed (0: from the beginning)
+        Job.objects.filter(pk=job.pk).update(progress_step=step or 0)
     publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state, node_id=node_id)
     if work is not None:
         outbox.enqueue(Task.RELEASE_RECLAIMS)
@@ -435,9 +443,12 @@ def job_exited(node_id: int, msg: JobExited) -> None:
         raise RefusedError(f"unknown job {msg['job_id']}")
     placement = open_placement(job)
     if placement is None or placement.node_id != node_id:
-        # Not (or no longer) placed here: only a stale report of a job we moved away; nothing to change.
+        # Not (or no longer) placed here: a late report of a job we moved away; its final step is the best
+        # evidence of the work the move threw away (design §9.9).
         if not job.placements.filter(node_id=node_id).exists():
             raise RefusedError(f"job {job.pk} was never placed on this node")
+        if msg["reason"] != RESTORE_FAILED:
+            old_run_ended(job, node_id, int(msg["step"]))
         return
     job = Job.objects.select_for_update().get(pk=job.pk)
     if msg["reason"] == RESTORE_FAILED:
@@ -446,6 +457,8 @@ def job_exited(node_id: int, msg: JobExited) -> None:
         job.refresh_from_db()
         publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state)
         return
+    if job.state in (JobState.RUNNING, JobState.MIGRATING):  # the run's final step: how far it got
+        Job.objects.filter(pk=job.pk, progress_step__lt=msg["step"]).update(progress_step=msg["step"])
     rt = runtime(job)
     rt.returncode = msg["returncode"]
     rt.last_step = msg["step"]

@@ -39,11 +39,11 @@ from portal.control.reclaim.workflow import (
     MAX_RESTORE_FAILURES,
     issue_transfer,
     log_decision,
+    measured_work_lost_s,
     resume_from,
     runtime,
     start_on,
     to_waiting,
-    work_lost_from,
 )
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.core import campus as campus_model
@@ -266,7 +266,7 @@ def place_on(job: Job, campus: Campus) -> str:
                     rate_bytes_per_s=None if dest == holder else recovery_rate(campus, holder, dest))
         return f"resuming on {dest}"
     if work is not None:  # lost with no checkpoint anywhere (or none that restores): restart from scratch
-        lost_s = work_lost_from(job, work.requested_at, None)
+        lost_s = measured_work_lost_s(job, work.migration.source_id, 0, job.progress_step)
         Migration.objects.filter(pk=work.migration_id).update(
             finished_at=timezone.now(), success=False, checkpoint=None,
             **({"work_lost_s": lost_s} if lost_s is not None else {}))

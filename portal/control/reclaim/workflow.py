@@ -11,6 +11,7 @@ Every function here runs inside the caller's transaction and sends agent command
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import uuid
 from typing import Any
@@ -227,22 +228,73 @@ def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None,
     return work
 
 
-def work_lost_from(job: Job, requested_at: dt.datetime, restored_sequence: int | None) -> float | None:
-    """Seconds of work thrown away when ``job`` resumes from checkpoint ``restored_sequence`` (None: from the
-    beginning) after it stopped at ``requested_at`` — or at its newest checkpoint taken before the open
-    placement began, if that is later (a final checkpoint). None when the origin is unknown."""
-    placement = open_placement(job)
-    since = placement.started_at if placement is not None else timezone.now()
-    newest = Checkpoint.objects.filter(job=job, taken_at__lte=since).aggregate(m=Max("taken_at"))["m"]
-    stopped = max(requested_at, newest) if newest is not None else requested_at
-    if restored_sequence is None:
-        origin = job.started_at
-    else:
-        origin = Checkpoint.objects.filter(job=job, sequence=restored_sequence).values_list(
-            "taken_at", flat=True).first()
-    if origin is None:
+def old_run(job: Job, node_pk: int) -> Placement | None:
+    """The job's latest run on ``node_pk`` that has ended: the run a migration off that node replaced."""
+    return (Placement.objects.filter(job=job, node_id=node_pk, ended_at__isnull=False)
+            .order_by("-started_at", "-pk").first())
+
+
+def seconds_per_step(job: Job, run: Placement | None, last_step: int) -> float | None:
+    """How long one step of ``job`` took in ``run`` (design §9.9 work lost), from the best evidence:
+
+    1. the slope of the run's own checkpoints (taken_at against step), when it wrote two;
+    2. else the median over the job's consecutive checkpoints (a pair spanning a move is an outlier);
+    3. else the run's duration over the steps it made, from the checkpoint it resumed (step 0 if none).
+    None when nothing tells."""
+    points = list(Checkpoint.objects.filter(job=job).order_by("sequence").values_list("step", "taken_at"))
+    if run is not None:
+        ended = run.ended_at or timezone.now()
+        mine = sorted((t, s) for s, t in points if run.started_at <= t <= ended)
+        if len(mine) >= 2 and mine[-1][1] > mine[0][1]:
+            return (mine[-1][0] - mine[0][0]).total_seconds() / (mine[-1][1] - mine[0][1])
+    ratios = sorted((b[1] - a[1]).total_seconds() / (b[0] - a[0]) for a, b in itertools.pairwise(points)
+                    if b[0] > a[0] and b[1] > a[1])
+    if ratios:
+        return ratios[len(ratios) // 2]
+    if run is None:
         return None
-    return max(0.0, (stopped - origin).total_seconds())
+    before = [s for s, t in points if t <= run.started_at]
+    first_step = max(before) if before else 0
+    if last_step <= first_step:
+        return None
+    return ((run.ended_at or timezone.now()) - run.started_at).total_seconds() / (last_step - first_step)
+
+
+def measured_work_lost_s(job: Job, source_pk: int, resumed_step: int, last_step: int) -> float | None:
+    """Work lost as progress thrown away (design §9.9): (the last step the run on ``source_pk`` executed − the
+    step the job resumed from) × that run's seconds per step. ``last_step`` is the portal's best evidence (the
+    run's final report, else its last progress report), raised to the newest checkpoint the run wrote. None when
+    the step time is unknown."""
+    run = old_run(job, source_pk)
+    if run is not None:
+        ended = run.ended_at or timezone.now()
+        written = Checkpoint.objects.filter(job=job, taken_at__gte=run.started_at, taken_at__lte=ended).aggregate(
+            m=Max("step"))["m"]
+        last_step = max(last_step, int(written or 0))
+    steps = max(0, last_step - resumed_step)
+    if steps == 0:
+        return 0.0
+    per_step_s = seconds_per_step(job, run, last_step)
+    return None if per_step_s is None else steps * per_step_s
+
+
+def old_run_ended(job: Job, node_pk: int, last_step: int) -> None:
+    """The run of ``job`` on ``node_pk`` reported its final step after the job left that node (a ``job_exited``
+    that arrives late, e.g. once a cut healed): the best evidence of how far it got (design §9.9). The
+    migration off that node is corrected: once finished, its work lost is raised to what this step shows; before
+    that, the step is kept as the job's progress, which the start on the destination measures from."""
+    mig = (Migration.objects.select_related("checkpoint").filter(job=job, source_id=node_pk)
+           .order_by("-started_at", "-pk").first())
+    if mig is None:
+        return
+    if mig.finished_at is None:
+        Job.objects.filter(pk=job.pk, progress_step__lt=last_step).exclude(state=JobState.RUNNING).update(
+            progress_step=last_step)
+        return
+    resumed = mig.checkpoint.step if mig.checkpoint is not None else 0
+    lost_s = measured_work_lost_s(job, node_pk, resumed, last_step)
+    if lost_s is not None and lost_s > mig.work_lost_s:
+        Migration.objects.filter(pk=mig.pk).update(work_lost_s=lost_s)
 
 
 def advance(migration_id: int) -> str:
@@ -319,13 +371,13 @@ def restore_failed(job: Job, node_pk: int, sequence: int | None) -> MigrationWor
 
 
 def finish_started(job: Job, node_pk: int, restored_sequence: int | None = None, *,
-                   reported: bool = False) -> MigrationWork | None:
+                   reported: bool = False, restored_step: int | None = None) -> MigrationWork | None:
     """The destination agent started the job: close the migration (downtime, success).
 
-    ``reported``: the agent said which checkpoint it restored (``restored_sequence``, None for none). Work lost
-    is then recorded from that checkpoint, whatever was planned: from when the job stopped making progress (the
-    request, or its newest checkpoint taken before this start if later) back to when the restored checkpoint was
-    taken (to the job's first start when nothing was restored)."""
+    ``reported``: the agent said which checkpoint it restored (``restored_sequence`` at ``restored_step``; None
+    for none). Work lost is then recorded as measured, whatever was planned (design §9.9): the steps between
+    the one resumed and the last one the old run executed (``job.progress_step`` as it stood before this start),
+    at the old run's seconds per step."""
     work = (MigrationWork.objects.select_for_update().select_related("migration")
             .filter(migration__job=job, phase=MigrationPhase.STARTING).first())
     if work is None:
@@ -333,7 +385,11 @@ def finish_started(job: Job, node_pk: int, restored_sequence: int | None = None,
     now = timezone.now()
     lost: dict[str, float] = {}
     if reported:
-        lost_s = work_lost_from(job, work.requested_at, restored_sequence)
+        if restored_step is None and restored_sequence is not None:
+            restored_step = Checkpoint.objects.filter(job=job, sequence=restored_sequence).values_list(
+                "step", flat=True).first()
+        lost_s = measured_work_lost_s(job, work.migration.source_id, int(restored_step or 0),
+                                      int(job.progress_step))
         if lost_s is not None:
             lost["work_lost_s"] = lost_s
     migration_lifecycle.move(work, MigrationPhase.DONE, resumed_at=now)
