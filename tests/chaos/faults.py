@@ -214,6 +214,13 @@ def corrupt_transfer(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -
         return
     _reclaim_finished(result, int(body["id"]))
     _job_resumed(result, job, node)
+    # The node is released once its jobs are off it; their copies and restarts may still be finishing.
+    try:
+        harness.wait_for(lambda: retry_db(lambda: not Migration.objects.filter(
+            reclaim_id=int(body["id"]), finished_at__isnull=True).exists()), 120, interval_s=0.5,
+            what="every migration of the reclaim finished")
+    except TimeoutError as exc:
+        result.failures.append(str(exc))
     migrations = list(Migration.objects.filter(reclaim_id=int(body["id"])))  # every job on the node
     if not migrations:
         result.failures.append("no migration recorded for the reclaim")

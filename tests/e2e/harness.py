@@ -183,7 +183,9 @@ class Stack:
 
     def start_portal(self) -> Proc:
         self.port = self.port or free_port()
-        proc = self._spawn("daphne", [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+        # As the README's production command: a listen backlog for bursts (Twisted's default is 50).
+        proc = self._spawn("daphne", [PY, "-m", "daphne", "-e",
+                                      f"tcp:port={self.port}:interface=127.0.0.1:backlog=1024",
                                       "portal.asgi:application"])
         wait_listening(proc, self.port, 30)
         return proc
