@@ -124,6 +124,7 @@ async def test_malformed_or_oversized_messages_are_rejected(frame: str) -> None:
     assert (await db(Node.objects.get)(pk=node.pk)).last_heartbeat_at == before
     # The connection stays usable after a refusal.
     await agent.send({"type": "heartbeat", "seq": 2, "gpu_util": [0.0], "egress": {}, "jobs": []})
+    assert (await agent.expect("heartbeat_ack"))["seq"] == 2  # recorded (design §9.10), nothing else said
     assert await agent.nothing()
     await agent.close()
 

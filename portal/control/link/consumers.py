@@ -167,6 +167,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self._resend_pending()
                 return
             await database_sync_to_async(handlers.handle)(self.node_id, kind, msg)
+            if kind == "heartbeat":  # recorded: the agent's evidence that it still holds its jobs (design §9.10)
+                await self.send(json.dumps({"type": "heartbeat_ack", "seq": msg["seq"]}))
             if kind == "heartbeat" and limits.flush_due():  # counts waiting in this process reach /metrics
                 await database_sync_to_async(limits.flush)()
         except handlers.RefusedError as exc:
