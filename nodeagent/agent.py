@@ -134,6 +134,13 @@ class Agent:
         self._passes = 0
         self.stopping = asyncio.Event()
         self.auth_refused = False
+        # Fencing (design §9.10): the right to run the jobs lasts while the portal hears this agent.
+        self.clock = time.monotonic
+        self.fence_s: float | None = None  # fraction × the portal's heartbeat timeout (None: an older portal)
+        self.heard_at = -float("inf")  # when the newest message the portal answered was sent (hello, heartbeat)
+        self.fenced = False  # the jobs are paused (SIGSTOP) until a welcome says which are still ours
+        self._beats_sent: OrderedDict[str, float] = OrderedDict()  # heartbeat seq → when it was sent
+        self._hello_sent_at = -float("inf")  # when a hello was last sent again on a live connection
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -191,10 +198,12 @@ class Agent:
             raise
         self.ws = ws
         try:
+            hello_sent_at = self.clock()
             await ws.send(json.dumps(self._hello()))
             welcome = json.loads(await asyncio.wait_for(ws.recv(), 10))
             if welcome.get("type") != "welcome":
                 raise websockets.ConnectionClosedError(None, None)
+            self.welcomed(welcome, hello_sent_at)
             self.node_id = welcome.get("node_id")
             self.heartbeat_interval_s = float(welcome.get("heartbeat_interval_s", self.heartbeat_interval_s))
             if bool(welcome.get("killswitch")) != self.killswitch:  # the portal's view wins after a reconnect
@@ -303,6 +312,7 @@ class Agent:
     async def _heartbeat_loop(self, ws: ClientConnection) -> None:
         while True:
             self._seq += 1
+            bounded_put(self._beats_sent, str(self._seq), self.clock(), 64)
             busy = {g for r in self.jobs.values() for g in r.gpus}
             await ws.send(json.dumps({
                 "type": "heartbeat",
@@ -340,6 +350,7 @@ class Agent:
     async def _watch_once(self) -> None:
         """Sample egress; report new checkpoints (manifests), exited jobs and checkpoints no longer held."""
         self._passes += 1
+        self.check_fence()
         if self._passes % HELD_SCAN_EVERY == 0:
             await self.sync_held()
         self.egress.sample()
@@ -366,6 +377,56 @@ class Agent:
         return {"type": "checkpoint_done", "job_id": int(job_id), "sequence": m.sequence, "step": m.step,
                 "size_bytes": m.size_bytes, "sha256": m.sha256, "taken_at": m.taken_at, "final": m.final,
                 "compat": m.compat}
+
+    # --- fencing (design §9.10) ------------------------------------------------------------------------------
+    def check_fence(self) -> bool:
+        """Pause every job (SIGSTOP to its process group) once the portal has not been heard for ``fence_s``:
+        the portal declares the node lost only HEARTBEAT_TIMEOUT_S after the last heartbeat it recorded, which
+        was sent no earlier than ``heard_at``, so the jobs stop before they can be given away. Paused, not
+        killed: a portal restart costs only the pause."""
+        if self.fenced or self.fence_s is None or not self.jobs or self.clock() - self.heard_at <= self.fence_s:
+            return False
+        self.fenced = True
+        log.warning("portal not heard for %.1f s: %d job(s) paused until it says which are still ours",
+                    self.clock() - self.heard_at, len(self.jobs))
+        for run in self.jobs.values():
+            run.signal(signal.SIGSTOP)
+        return True
+
+    def welcomed(self, welcome: dict[str, Any], hello_sent_at: float) -> None:
+        """A welcome answers the hello sent at ``hello_sent_at``: learn the portal's heartbeat timeout (fence
+        after ``fence_fraction`` of it) and, if fenced, resume the jobs it lists as still placed here and kill
+        the others (they were given away meanwhile; their job_exited reports the step they got to)."""
+        timeout_s = welcome.get("heartbeat_timeout_s")
+        valid = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool) and 0 < timeout_s < 1e6
+        self.fence_s = self.config.fence_fraction * float(timeout_s) if valid else None
+        self.heard_at = max(self.heard_at, hello_sent_at)
+        if not self.fenced:
+            return
+        self.fenced = False
+        listed = welcome.get("jobs")
+        placed = {str(j) for j in listed} if isinstance(listed, list) else set(self.jobs)
+        for job_id, run in self.jobs.items():
+            if job_id not in placed:
+                run.stop_reason = "given away while the portal could not hear this node"
+                run.signal(signal.SIGKILL)
+            run.signal(signal.SIGCONT)
+        log.info("unfenced: %d job(s) resumed, %d killed", len(set(self.jobs) & placed), len(set(self.jobs) - placed))
+
+    async def _cmd_heartbeat_ack(self, msg: dict[str, Any]) -> None:
+        """The portal recorded heartbeat ``seq``: it has heard this agent as of when that heartbeat was sent.
+        Fenced, the agent says hello again on this connection to learn which of its jobs are still its own."""
+        sent_at = self._beats_sent.get(str(msg.get("seq")))
+        if sent_at is None:
+            return
+        self.heard_at = max(self.heard_at, sent_at)
+        if self.fenced and self.ws is not None and self.clock() - self._hello_sent_at > self.heartbeat_interval_s:
+            self._hello_sent_at = self.clock()
+            await self.send(self._hello(), reliable=False)
+
+    async def _cmd_welcome(self, msg: dict[str, Any]) -> None:
+        """The answer to a hello sent again on a live connection (see :meth:`_cmd_heartbeat_ack`)."""
+        self.welcomed(msg, self._hello_sent_at)
 
     # --- commands -------------------------------------------------------------------------------------------
     async def _on_message(self, raw: str | bytes) -> None:

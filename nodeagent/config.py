@@ -40,6 +40,7 @@ class AgentConfig:
     link_capacity_bytes_per_s: float | None = None  # access-link capacity B (None: the NIC's speed, else 1 Gbit/s)
     kill_jobs_on_agent_exit: bool = True
     max_message_bytes: int = 64 * 1024
+    fence_fraction: float = 0.7  # jobs pause after this fraction of the portal's heartbeat timeout unheard
 
 
 ENFORCEMENT_MODES = ("auto", "off", "bpf_htb", "bpf_tokenbucket", "htb_u32", "noop")
@@ -140,6 +141,10 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> Agen
                 raise ConfigError("link_capacity_bytes_per_s: must be > 0")
         if "kill_jobs_on_agent_exit" in values and not isinstance(values["kill_jobs_on_agent_exit"], bool):
             raise ConfigError("kill_jobs_on_agent_exit: must be true or false")
+        if "fence_fraction" in values:
+            kwargs["fence_fraction"] = float(values.pop("fence_fraction"))
+            if not 0 < kwargs["fence_fraction"] < 1:  # at or past the timeout the portal may give jobs away first
+                raise ConfigError("fence_fraction: must be in (0, 1)")
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise

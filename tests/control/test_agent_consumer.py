@@ -62,6 +62,9 @@ async def test_token_revoked_mid_session_ends_the_session() -> None:
     await db(revoke_agent_token)(node, None)
     await agent.send({"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {}, "jobs": []})
     closed = await agent.comm.receive_output(timeout=3)
+    if closed["type"] == "websocket.send":  # the receipt (fencing evidence) comes first; the batch then refuses it
+        assert json.loads(closed["text"])["type"] == "heartbeat_ack"
+        closed = await agent.comm.receive_output(timeout=3)
     assert closed["type"] == "websocket.close" and closed["code"] == 4401
     assert (await db(Node.objects.get)(pk=node.pk)).last_heartbeat_at == before
     assert await db(RejectedMessage.objects.filter(node=node, reason__contains="revoked").count)() == 1
@@ -124,6 +127,7 @@ async def test_malformed_or_oversized_messages_are_rejected(frame: str) -> None:
     assert (await db(Node.objects.get)(pk=node.pk)).last_heartbeat_at == before
     # The connection stays usable after a refusal.
     await agent.send({"type": "heartbeat", "seq": 2, "gpu_util": [0.0], "egress": {}, "jobs": []})
+    assert (await agent.expect("heartbeat_ack"))["seq"] == 2  # recorded (design §9.10), nothing else said
     assert await agent.nothing()
     await agent.close()
 

@@ -277,6 +277,14 @@ def _checkpoint(job: Any, writer: Any, sequence: int, age_s: float, replica: Any
     return ckpt
 
 
+def _started_ago(job: Any, seconds: float) -> None:
+    from django.utils import timezone
+
+    from portal.core.models import Placement
+
+    Placement.objects.filter(job=job).update(started_at=timezone.now() - dt.timedelta(seconds=seconds))
+
+
 def _holders(job: Any, sequence: int) -> set[int]:
     from portal.core.models import Checkpoint
 
@@ -299,6 +307,7 @@ async def test_a_missing_restore_replica_falls_back_to_the_next_and_work_lost_is
     near, b = await _online("near", port=9002)
     far, c = await _online("far", port=9003)
     job = await db(make_running_job)(src)
+    await db(_started_ago)(job, 200.0)  # the run that wrote both checkpoints below
     await db(_checkpoint)(job, src, 1, 100.0, far)  # older copy on "far"
     await db(_checkpoint)(job, src, 2, 10.0, near)  # newest copy on "near", which has pruned it
     await a.send({"type": "heartbeat", "seq": 1, "gpu_util": [], "egress": {}, "jobs": [{"job_id": job.pk,

@@ -156,3 +156,25 @@ def test_a_late_job_exited_from_the_old_node_corrects_the_work_lost_to_its_final
     assert Migration.objects.get(pk=mig.pk).work_lost_s == pytest.approx((470 - 400) * STEP_S, rel=0.01)
     _handle(b, "job_exited", job_id=job.pk, returncode=-1, step=0, result={}, reason="exited")
     assert Migration.objects.get(pk=mig.pk).work_lost_s == pytest.approx((470 - 400) * STEP_S, rel=0.01)
+
+
+def test_a_run_with_one_checkpoint_takes_the_step_time_from_the_jobs_other_runs_never_across_a_move() -> None:
+    from django.utils import timezone
+
+    from portal.core.models import Checkpoint, Migration, MigrationMode, Placement
+
+    a, b, holder = _online("a"), _online("b"), _online("holder")
+    job = make_running_job(a)
+    _run(job, a, 80.0, [(1, 100, 10.0), (2, 200, 20.0)], holder)
+    now = timezone.now()
+    Placement.objects.filter(job=job, node=a).update(ended_at=now - dt.timedelta(seconds=58),
+                                                     end_reason="migrated")
+    Migration.objects.create(job=job, source=a, destination=b, mode=MigrationMode.PLANNED,
+                             checkpoint=Checkpoint.objects.get(job=job, sequence=2), success=True,
+                             finished_at=now - dt.timedelta(seconds=48))
+    Placement.objects.create(job=job, node=b, gpu_indices=[0])
+    _run(job, b, 48.0, [(3, 300, 10.0)], holder)  # one checkpoint: 100 steps in 30 s across the move
+    _heartbeat(b, job, 330)
+    _lose_node(b)
+    mig = _started_on(holder, job, 3, 300)
+    assert mig.work_lost_s == pytest.approx((330 - 300) * STEP_S, rel=0.01)

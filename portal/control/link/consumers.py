@@ -162,6 +162,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         msg_id = msg.get("msg_id") if isinstance(msg.get("msg_id"), str) else None
         if kind == "heartbeat" and msg_id is None:  # recorded in a batch; the token is re-checked there
             heartbeats.add(HeartbeatSeen(self.node_id, self.session_id, self._token, timezone.now(), msg))
+            # The agent's evidence that the portal hears it (fencing, design §9.10), answered on receipt: the
+            # batch records it within FLUSH_S, and a batch that fails marks the link interrupted, so silence
+            # over that time is not judged against the agent either.
+            await self.send(json.dumps({"type": "heartbeat_ack", "seq": msg["seq"]}))
             if limits.flush_due():  # counts waiting in this process reach /metrics
                 await database_sync_to_async(limits.flush)()
             return
@@ -172,6 +176,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self._resend_pending()
                 return
             await database_sync_to_async(handlers.handle)(self.node_id, kind, msg)
+            if kind == "heartbeat":  # recorded: the agent's evidence that it still holds its jobs (design §9.10)
+                await self.send(json.dumps({"type": "heartbeat_ack", "seq": msg["seq"]}))
         except handlers.RefusedError as exc:
             await self._reject(str(exc), kind)
         except (DataError, IntegrityError, ValueError, TypeError, KeyError, OverflowError) as exc:

@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from portal.control.config import rn
 from portal.control.link import commands
 from portal.control.link.protocol import (
     RESTORE_FAILED,
@@ -179,8 +180,11 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
             held, well_formed = held_items(msg["checkpoints"])
             sync_holdings(node_id, held, complete=well_formed and not msg.get("checkpoints_truncated", False))
     node.refresh_from_db()
+    # The jobs still placed here and the timeout after which the portal gives them away: an agent that has not
+    # been heard for a fraction of it pauses its jobs, and after a reconnect resumes only these (design §9.10).
     return {"type": "welcome", "node_id": node_id,
             "heartbeat_interval_s": settings.RECLAIMNET["HEARTBEAT_INTERVAL_S"],
+            "heartbeat_timeout_s": rn("HEARTBEAT_TIMEOUT_S"), "jobs": sorted(placed),
             "killswitch": bool(node.killswitch_engaged or node.state == NodeState.RECLAIMED)}
 
 

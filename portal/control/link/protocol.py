@@ -149,7 +149,16 @@ class Welcome(TypedDict):
     type: Literal["welcome"]
     node_id: int
     heartbeat_interval_s: float
+    heartbeat_timeout_s: float  # silent this long, the node is lost: its agent fences before (design §9.10)
+    jobs: list[int]  # the jobs still placed on the node: a fenced agent resumes these and kills the others
     killswitch: bool
+
+
+class HeartbeatAck(TypedDict):
+    """The heartbeat ``seq`` was recorded: the agent has been heard as of when it sent it (design §9.10)."""
+
+    type: Literal["heartbeat_ack"]
+    seq: int
 
 
 class SetRate(TypedDict):

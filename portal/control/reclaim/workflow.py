@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import logging
+import statistics
 import uuid
 from typing import Any
 
@@ -238,7 +239,8 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int) -> float |
     """How long one step of ``job`` took in ``run`` (design §9.9 work lost), from the best evidence:
 
     1. the slope of the run's own checkpoints (taken_at against step), when it wrote two;
-    2. else the median over the job's consecutive checkpoints (a pair spanning a move is an outlier);
+    2. else the median over consecutive checkpoints written by one run of the job (never a pair spanning a
+       move: its time includes the downtime);
     3. else the run's duration over the steps it made, from the checkpoint it resumed (step 0 if none).
     None when nothing tells."""
     points = list(Checkpoint.objects.filter(job=job).order_by("sequence").values_list("step", "taken_at"))
@@ -247,10 +249,14 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int) -> float |
         mine = sorted((t, s) for s, t in points if run.started_at <= t <= ended)
         if len(mine) >= 2 and mine[-1][1] > mine[0][1]:
             return (mine[-1][0] - mine[0][0]).total_seconds() / (mine[-1][1] - mine[0][1])
-    ratios = sorted((b[1] - a[1]).total_seconds() / (b[0] - a[0]) for a, b in itertools.pairwise(points)
-                    if b[0] > a[0] and b[1] > a[1])
+    now = timezone.now()
+    ratios = []
+    for started, ended in Placement.objects.filter(job=job).values_list("started_at", "ended_at"):
+        inside = sorted((t, s) for s, t in points if started <= t <= (ended or now))
+        ratios += [(b[0] - a[0]).total_seconds() / (b[1] - a[1]) for a, b in itertools.pairwise(inside)
+                   if b[1] > a[1] and b[0] > a[0]]
     if ratios:
-        return ratios[len(ratios) // 2]
+        return statistics.median(ratios)
     if run is None:
         return None
     before = [s for s, t in points if t <= run.started_at]
