@@ -1,4 +1,4 @@
-"""`make chaos`: a real system of its own, injected with faults in turn, checked with no human step (issue 15).
+"""`make chaos`: a real system of its own, injected with faults in turn, checked with no human step.
 
 1. A private PostgreSQL cluster (``initdb`` in a temporary directory, a spare port, trust auth) and a private
    ``redis-server`` (no persistence): restarting them disturbs nothing else on the machine.

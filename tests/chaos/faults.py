@@ -1,4 +1,4 @@
-"""The faults of `make chaos`, injected one at a time into a running ``ChaosSystem`` (issue 15, "Show").
+"""The faults of `make chaos`, injected one at a time into a running ``ChaosSystem``.
 
 Each fault function injects its fault and runs the checks only it needs (appending to ``result.failures``,
 ``result.lost``, ``result.duplicated``); the checks every fault gets (stuck, lost, duplicated, misrecorded)
@@ -93,39 +93,35 @@ def worker_sigkill(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> 
     _job_resumed(result, job, node)
 
 
-def redis_restart(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None:
-    """Restart the broker and channel layer (down 3 s) just after a scheduled reclaim was requested; nothing is
-    restarted by hand: the worker, beat and daphne must reconnect."""
+def _restart_under_reclaim(sys_: ChaosSystem, result: FaultResult, restart: Any, what: str) -> bool:
+    """Request a scheduled reclaim, restart a server (down 3 s) with it under way, and check that every process
+    is still alive and the reclaim finished with its job resumed elsewhere. False if the request was refused."""
     sys_.top_up()
     job, node = sys_.running_job_node()
     status, body = _reclaim(sys_, node, RECLAIM_NOTICE_S)
     if status != 201:
         result.failures.append(f"reclaim request answered {status}: {body}")
-        return
-    sys_.redis.restart(down_s=3.0)
+        return False
+    restart(down_s=3.0)
     time.sleep(5.0)
     for name in ("worker", "beat", "daphne"):
         if not sys_.stack.procs[name].alive():
-            result.failures.append(f"{name} exited after the Redis restart:\n{sys_.stack.procs[name].tail(12)}")
+            result.failures.append(f"{name} exited after the {what} restart:\n{sys_.stack.procs[name].tail(12)}")
     _reclaim_finished(result, int(body["id"]))
     _job_resumed(result, job, node)
+    return True
+
+
+def redis_restart(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None:
+    """Restart the broker and channel layer (down 3 s) just after a scheduled reclaim was requested; nothing is
+    restarted by hand: the worker, beat and daphne must reconnect."""
+    _restart_under_reclaim(sys_, result, sys_.redis.restart, "Redis")
 
 
 def postgres_restart(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None:
     """Restart the private PostgreSQL cluster (fast shutdown, down 3 s) with a scheduled reclaim under way."""
-    sys_.top_up()
-    job, node = sys_.running_job_node()
-    status, body = _reclaim(sys_, node, RECLAIM_NOTICE_S)
-    if status != 201:
-        result.failures.append(f"reclaim request answered {status}: {body}")
+    if not _restart_under_reclaim(sys_, result, sys_.pg.restart, "PostgreSQL"):
         return
-    sys_.pg.restart(down_s=3.0)
-    time.sleep(5.0)
-    for name in ("worker", "beat", "daphne"):
-        if not sys_.stack.procs[name].alive():
-            result.failures.append(f"{name} exited after the PostgreSQL restart")
-    _reclaim_finished(result, int(body["id"]))
-    _job_resumed(result, job, node)
     status, _, _ = sys_.http("GET", "/api/jobs/?limit=5", "researcher")
     if status != 200:
         result.failures.append(f"GET /api/jobs/ answered {status} after the PostgreSQL restart")

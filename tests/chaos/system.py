@@ -1,4 +1,4 @@
-"""The system under chaos: its processes, its jobs and the checks run after every fault (issue 15, `make chaos`).
+"""The system under chaos: its processes, its jobs and the checks run after every fault (`make chaos`).
 
 Django must be configured (``DATABASE_URL`` of the private cluster) before this module is imported:
 scripts/chaos.py does that, then imports it. Every process is started here and signalled by its PID only.

@@ -1,4 +1,4 @@
-"""The bounded chaos run inside `make test` (issue 15): worker SIGKILL mid-reclaim, a Redis restart and a hostile
+"""The bounded chaos run inside `make test`: worker SIGKILL mid-reclaim, a Redis restart and a hostile
 agent against a system of its own (scripts/chaos.py: private PostgreSQL and Redis, daphne, a prefork worker,
 beat, six agents, training jobs). The full set of faults is `make chaos`.
 
