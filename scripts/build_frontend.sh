@@ -20,7 +20,7 @@ fi
 mkdir -p "$out/vendor" "$out/reclaimnet"
 cp node_modules/htmx.org/dist/htmx.min.js "$out/vendor/htmx.min.js"
 cp node_modules/chart.js/dist/chart.umd.min.js "$out/vendor/chart.umd.min.js"
-cp src/live.js src/charts.js src/forms.js src/app.css "$out/reclaimnet/"
+cp src/*.js src/*.css "$out/reclaimnet/"
 {
   echo "htmx.org $(node -p 'require("./node_modules/htmx.org/package.json").version')"
   echo "chart.js $(node -p 'require("./node_modules/chart.js/package.json").version')"
