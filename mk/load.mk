@@ -13,12 +13,22 @@
 #   charts at most every 3 s, on live events) and as often as an eager polling script. LOAD_ARGS adds options
 #   (python -m tests.load.run_load --help): --think 0 for saturation, --daphnes 1 for one daphne process.
 #   Last line: load: N requests, E errors, p50 A ms, p99 B ms (N, E: reads and submits; p50, p99: the reads).
-#   The issue asks 0 errors and p99 < 1 s. Timings on 2 shared cores are noisy.
-.PHONY: load-writes load
+#   The issue asks 0 errors and p99 < 1 s. Timings on 2 shared cores are noisy; the lines before the last say
+#   where the time went: reads p50/p99 per 10 s window (the burst's windows apart), CPU per process kind and per
+#   request (portal, PostgreSQL backends, the driver itself).
+# - load-cpu: CPU milliseconds per request of each read of the mix and of a submit, same setup, each endpoint
+#   sent alone from 4 clients (tests/load/cpu_per_request.py): the portal processes, the PostgreSQL backends
+#   serving them, the driver. Less noisy than latency on a shared machine. LOAD_CPU_ARGS adds options (--help;
+#   --profile DIR records daphne with py-spy, when installed).
+.PHONY: load-writes load load-cpu
 LOAD_ARGS ?=
+LOAD_CPU_ARGS ?=
 
 load-writes: venv services
 	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -s tests/load
 
 load: venv services
 	env $(RECLAIMNET_TESTING_ENV) $(PY) -m tests.load.run_load $(LOAD_ARGS)
+
+load-cpu: venv services
+	env $(RECLAIMNET_TESTING_ENV) $(PY) -m tests.load.cpu_per_request $(LOAD_CPU_ARGS)

@@ -3,8 +3,8 @@
 Messages are JSON objects with a ``type``; the portal's side of the protocol is ``portal/control/link/protocol.py``.
 Nothing is lost on the link (design §9.9):
 
-- reports that must not be lost (checkpoint done, job started/exited, transfer results, kill-switch engaged,
-  checkpoints dropped) carry a ``msg_id`` and stay in :attr:`Agent.pending` until the portal answers
+- reports that must not be lost (checkpoint done, job started/exited, job output, transfer results, kill-switch
+  engaged, checkpoints dropped) carry a ``msg_id`` and stay in :attr:`Agent.pending` until the portal answers
   ``received``: they are sent again after every reconnect and every :data:`RESEND_S` while connected;
   heartbeats are not kept;
 - every command is acknowledged (``ack``, the ids of commands arriving together in one message); one whose
@@ -36,7 +36,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from nodeagent import jobkit
 from nodeagent.config import AgentConfig
 from nodeagent.edge import Edge
+from nodeagent.ended import ended_runs, last_progress
 from nodeagent.inventory import GpuInfo, inventory, utilisation
+from nodeagent.output import OutputShipper
 from nodeagent.runner import RunningJob, start_job
 from nodeagent.telemetry import EgressSampler
 from nodeagent.transfer import (
@@ -141,6 +143,8 @@ class Agent:
         self.fenced = False  # the jobs are paused (SIGSTOP) until a welcome says which are still ours
         self._beats_sent: OrderedDict[str, float] = OrderedDict()  # heartbeat seq → when it was sent
         self._hello_sent_at = -float("inf")  # when a hello was last sent again on a live connection
+        self.report_ended = True  # until the first welcome: the hello lists the runs a predecessor left (§9.9)
+        self.output = OutputShipper()  # the jobs' stdout+stderr, batched to the portal (design §9.11)
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -242,6 +246,8 @@ class Agent:
             "edge_backend": self.edge.backend_name,
             "checkpoints": held[:512],
             "checkpoints_truncated": len(held) > 512,
+            # How far the jobs of a predecessor that died got: steps no heartbeat reported (nodeagent/ended.py).
+            **({"ended_jobs": ended_runs(self.data_dir, self.jobs)} if self.report_ended else {}),
         }
 
     async def send(self, message: dict[str, Any], reliable: bool = True) -> None:
@@ -360,9 +366,20 @@ class Agent:
             if code is not None:
                 del self.jobs[job_id]
                 await self._report_checkpoints(job_id, run)  # a final checkpoint written at exit
-                await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": code,
-                                 "step": run.step(), "result": run.result(),
-                                 "reason": run.stop_reason or ("completed" if code == 0 else "exited")})
+                final_output = self.output.final(job_id, run.output)  # the run's last output, before its exit
+                if final_output is not None:
+                    await self.send(final_output)
+                reason = run.stop_reason or ("completed" if code == 0 else "exited")
+                exited = {"type": "job_exited", "job_id": int(job_id), "returncode": code, "step": run.step(),
+                          "result": run.result(), "reason": reason}
+                reached = last_progress(run.work_dir)  # when the job got to that step (its step time, §9.9)
+                if reached is not None and reached[0] == exited["step"]:
+                    exited["step_at"] = reached[1]
+                if run.output is not None:
+                    exited["output_tail"] = run.output.tail
+                await self.send(exited)
+        for message in self.output.due(self.jobs, self.pending):  # new output, batched (design §9.11)
+            await self.send(message)
 
     async def _report_checkpoints(self, job_id: str, run: RunningJob) -> None:
         """Send checkpoint_done (reliably) for each of the job's checkpoints not reported yet."""
@@ -401,6 +418,7 @@ class Agent:
         valid = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool) and 0 < timeout_s < 1e6
         self.fence_s = self.config.fence_fraction * float(timeout_s) if valid else None
         self.heard_at = max(self.heard_at, hello_sent_at)
+        self.report_ended = False  # the portal recorded them with the hello it answers
         if not self.fenced:
             return
         self.fenced = False

@@ -1,7 +1,9 @@
 """Job runner: one subprocess per job, its own work directory, ``CUDA_VISIBLE_DEVICES`` = its GPUs (design §1).
 
 A gang job holds all its GPUs on this node and is started, checkpointed and stopped as one process (group).
-The plain-process runtime is what every test uses; containers are left to a later runtime.
+The plain-process runtime is what every test uses; containers are left to a later runtime. The job's stdout and
+stderr go to ``<work>/job.log`` (appended, run after run); its :class:`~nodeagent.output.OutputTail` reads this
+run's part for the portal (design §9.11).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent import jobkit
+from nodeagent.output import OutputTail
 from nodeagent.transfer import store_dir
 
 PR_SET_PDEATHSIG = 1
@@ -54,6 +57,7 @@ class RunningJob:
     ckpt_dir: Path
     reported_sequences: set[int] = field(default_factory=set)
     stop_reason: str = ""
+    output: OutputTail | None = None  # this run's stdout+stderr, read from job.log (None: not captured)
 
     @property
     def progress_file(self) -> Path:
@@ -138,6 +142,7 @@ def start_job(
     else:
         env.pop("RECLAIMNET_RESTORE_SEQ", None)
     log_file = open(work_dir / "job.log", "ab")  # noqa: SIM115  (owned by the child; closed below)
+    output = OutputTail(work_dir / "job.log", os.fstat(log_file.fileno()).st_size)  # this run's part only
     try:
         proc = subprocess.Popen(
             resolve_command(command, base_dir),
@@ -149,8 +154,11 @@ def start_job(
             start_new_session=True,  # its own process group: signals reach a gang job's workers too
             preexec_fn=_die_with_parent if kill_with_agent else None,
         )
+    except BaseException:
+        output.close()
+        raise
     finally:
         log_file.close()
     reported = {m.sequence for m in jobkit.list_manifests(ckpt_dir)}
     return RunningJob(job_id=str(job_id), gpus=list(gpus), proc=proc, work_dir=work_dir, ckpt_dir=ckpt_dir,
-                      reported_sequences=reported)
+                      reported_sequences=reported, output=output)

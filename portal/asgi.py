@@ -19,23 +19,27 @@ import sys
 import threading
 import time
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from portal.celery import SHUTDOWN_GRACE_S, close_database_connections  # noqa: E402
 from portal.control.loop import embedded  # noqa: E402
+from portal.core.http import PortalHttpHandler  # noqa: E402
 from portal.core.middleware import ConcurrencyLimit  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 
 log = logging.getLogger(__name__)
 
-# Requests queue for one of RECLAIMNET_HTTP_CONCURRENCY slots instead of all running at once (docs/design.md §10).
-http_application = ConcurrencyLimit(django_asgi_app, settings.RECLAIMNET_HTTP_CONCURRENCY,
+# Requests queue for one of RECLAIMNET_HTTP_CONCURRENCY slots instead of all running at once, then run in one
+# thread hop each, in a pool with a thread per slot (docs/design.md §10).
+_reads, _writes = settings.RECLAIMNET_HTTP_CONCURRENCY, settings.RECLAIMNET_HTTP_WRITE_CONCURRENCY
+django_http_app = PortalHttpHandler(threads=_reads + _writes if _reads > 0 and _writes > 0 else 32)
+http_application = ConcurrencyLimit(django_http_app, settings.RECLAIMNET_HTTP_CONCURRENCY,
                                     settings.RECLAIMNET_HTTP_QUEUE_TIMEOUT_S, settings.RECLAIMNET_DB_BUSY_RETRY_AFTER_S,
                                     write_limit=settings.RECLAIMNET_HTTP_WRITE_CONCURRENCY)
 application = ProtocolTypeRouter({"http": http_application, "websocket": URLRouter(websocket_urlpatterns)})

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served by the portal itself (no CDN, works offline)
     "channels",
     "django_htmx",
     "portal.core",
@@ -61,8 +62,6 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    # Keeps the chain above in one thread under ASGI (no thread hop per middleware): see its docstring.
-    "portal.core.middleware.SyncChainMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -168,6 +167,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The docs pages load Swagger UI and ReDoc from the portal's static files (drf-spectacular-sidecar), never a
+    # CDN; no validator badge from swagger.io either (portal/core/security.py gives these pages their policy).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     # NodeState and JobState are both "state": name their enums explicitly (drf-spectacular#68).
     "ENUM_NAME_OVERRIDES": {
         "NodeStateEnum": "portal.core.lifecycle.nodes.NodeState",
@@ -267,6 +272,10 @@ RECLAIMNET = {
     "DECISION_LOG_KEEP_DAYS": env_float("RECLAIMNET_DECISION_LOG_KEEP_DAYS", 30.0),
     "CHECKPOINT_BUDGET_FRACTION": env_float("RECLAIMNET_CHECKPOINT_BUDGET_FRACTION", 0.3),
     "BETA": 0.2,
+    # Δ_min of design §2: no job checkpoints more often. The test suites compress time (1 s control periods,
+    # jobs of seconds), so their default is no floor; the suites that test the floor set it.
+    "MIN_CHECKPOINT_INTERVAL_S": env_float("RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S",
+                                           0.0 if env_bool("RECLAIMNET_TESTING") else 60.0),
     "ALPHA": 1.0,
     "K_MIN": 2,
     "RESERVE_FRACTION": 0.3,
@@ -340,7 +349,7 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = env_str("SECURE_CROSS_ORIGIN_OPENER_POLICY",
 # Content-Security-Policy (django-csp): scripts and styles from the portal only; style="" attributes allowed
 # (they cannot run code); websockets to the portal itself. RECLAIMNET_CSP=report-only sends it as
 # Content-Security-Policy-Report-Only, =off not at all; RECLAIMNET_CSP_REPORT_URI adds report-uri. The API
-# docs pages get a looser policy of their own (portal/core/security.py).
+# docs pages get a policy of their own, with a nonce (portal/core/security.py).
 _CSP_DIRECTIVES: dict[str, list[str]] = {
     "default-src": ["'self'"],
     "script-src": ["'self'"],
@@ -394,7 +403,7 @@ REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
 # The bad-token counters live in Django's cache: Redis when REDIS_URL is set (shared by every process),
 # process memory in the embedded default (one process).
 CACHES = {"default": (
-    {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "rn-cache",
+    {"BACKEND": "portal.core.cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "rn-cache",  # one pool
      "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5}}
     if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 )}

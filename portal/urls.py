@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import include, path
 
 from portal.core.metrics import metrics_view
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico on their own: send them to the SVG the pages link (portal/web/static/web/)."""
+    return redirect(static("web/favicon.svg"), permanent=True)
+
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", include("portal.core.api.urls")),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", favicon, name="favicon"),
     path("", include("portal.web.urls")),
 ]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.p1 import P1Jobs, plan_checkpoints
+from scheduler.p1 import MIN_INTERVAL_S, P1Jobs, plan_checkpoints
 from scheduler.p2 import P2Request, response_view, select_destination
 from scheduler.p3 import P3Flows, admit_flows
 from scheduler.topology import CampusTree
@@ -139,9 +139,10 @@ def _unique(ids: list[Any], list_field: str) -> None:
 
 
 # ---------------------------------------------------------------- p1
-def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any]]:
+def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], float]:
     budget = _num(req, "budget_bytes_per_s", gt=0)
     beta = _num(req, "beta", default=0.2, gt=0)
+    min_interval = _num(req, "min_interval_s", default=MIN_INTERVAL_S, ge=0)  # Δ_min of design §2
     jobs = _list(req, "jobs", "")
     ids: list[Any] = []
     cols: dict[str, list[float]] = {k: [] for k in ("lam", "c", "cap", "loss", "notice", "tr")}
@@ -168,12 +169,12 @@ def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any]]:
         notice_s=np.array(cols["notice"], dtype=float),
         restart_s=np.array(cols["tr"], dtype=float),
     )
-    return p1, budget, beta, ids  # type: ignore[return-value]
+    return p1, budget, beta, ids, min_interval  # type: ignore[return-value]
 
 
 def _decide_p1(req: dict[str, Any]) -> dict[str, Any]:
-    jobs, budget, beta, ids = _validate_p1(req)
-    plan = plan_checkpoints(jobs, budget, beta)
+    jobs, budget, beta, ids, min_interval = _validate_p1(req)
+    plan = plan_checkpoints(jobs, budget, beta, min_interval_s=min_interval)
     return {
         "jobs": [
             {

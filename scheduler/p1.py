@@ -1,7 +1,8 @@
 """P1 — reclaim-aware checkpoint scheduling (design §2).
 
 Lemma 1 (optimal interval), Theorem 1 (cube-root bandwidth split), Lemma 2 (caps by water-filling),
-Eq. 9 (clipped interval, loss budget) and the final-checkpoint test on a scheduled reclaim.
+Eq. 9 (clipped interval, loss budget), the minimum interval Δ_min and the final-checkpoint test on a scheduled
+reclaim.
 Everything is vectorised over jobs; several independent budgets (one per bottleneck) are solved in one
 call with `group`.
 """
@@ -12,7 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+MIN_INTERVAL_S = 60.0  # Δ_min of design §2 (the portal: RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S)
+_LEVEL_BISECTIONS = 200  # halvings of log t; each group stops once its bracket is one float wide
+
 __all__ = [
+    "MIN_INTERVAL_S",
     "P1Demand",
     "P1Jobs",
     "P1Plan",
@@ -103,6 +108,7 @@ def allocate_checkpoint_bandwidth(
     budget_bytes_per_s: float | np.ndarray,
     cap_bytes_per_s: np.ndarray | None = None,
     group: np.ndarray | None = None,
+    min_interval_s: float = 0.0,
 ) -> np.ndarray:
     """Theorem 1 with Lemma 2's caps: b_i = min(W_i, t·(λ_i C_i)^(1/3)), Σ b_i = budget.
 
@@ -110,6 +116,12 @@ def allocate_checkpoint_bandwidth(
     directly by sorting jobs by W_i / (λ_i C_i)^(1/3), which is the same unique optimum in O(K log K).
     If the caps sum to less than the budget every job gets its cap. With `group` (int codes 0..G-1),
     `budget_bytes_per_s` is an array of G budgets and each group is solved independently.
+
+    With `min_interval_s` = Δ_min > 0 the shares are optimal for the problem with the floor Δ_i ≥ Δ_min
+    (design §2 "Minimum interval"): a job whose Lemma 1 interval would fall below the floor gets
+    b_i = w_i·t_i*^(1/4)·t^(3/4) < t·w_i (t_i* = 2C_i/(λ_i Δ_min² w_i), the level at which its interval reaches
+    Δ_min) and the others share the rest by the cube-root rule at the common level t. 0 (the default here) is
+    the paper's Theorem 1; `plan_checkpoints` passes its floor.
     """
     lam = np.asarray(hazard_per_s, dtype=float)
     c = np.asarray(ckpt_bytes, dtype=float)
@@ -125,6 +137,16 @@ def allocate_checkpoint_bandwidth(
         return np.zeros(0)
     budgets = np.maximum(budgets, 0.0)
     w = np.cbrt(lam * c)  # Theorem 1 weights (λ_i C_i)^(1/3)
+    level_of_group = _cube_root_level(w, cap, g, budgets)
+    b = np.minimum(cap, np.maximum(level_of_group[g], 0.0) * w)
+    if min_interval_s > 0:
+        b = _floored_shares(b, w, lam, c, cap, g, budgets, level_of_group, float(min_interval_s))
+    return b
+
+
+def _cube_root_level(w: np.ndarray, cap: np.ndarray, g: np.ndarray, budgets: np.ndarray) -> np.ndarray:
+    """Theorem 1/Lemma 2's water level t per group (inf: every job of the group is capped)."""
+    n = w.shape[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = cap / w  # the water level at which job i hits its cap
     order = np.lexsort((ratio, g))
@@ -151,7 +173,59 @@ def allocate_checkpoint_bandwidth(
         grp_ok = gs[first_ok]
         uniq, idx = np.unique(grp_ok, return_index=True)
         level_of_group[uniq] = level[first_ok[idx]]
-    return np.minimum(cap, np.maximum(level_of_group[g], 0.0) * w)
+    return level_of_group
+
+
+def _floored_shares(
+    b: np.ndarray, w: np.ndarray, lam: np.ndarray, c: np.ndarray, cap: np.ndarray, g: np.ndarray,
+    budgets: np.ndarray, level_of_group: np.ndarray, min_interval_s: float,
+) -> np.ndarray:
+    """Re-solve the groups where the floor binds (some b_i above b_i* = 2C_i/(λ_i Δ_min²), the share at which
+    Lemma 1's interval is Δ_min) for the common level t of the floored problem (design §2 "Minimum interval").
+
+    Job i's share at level t is min(W_i, w_i·min(t, t_i*^(1/4)·t^(3/4))), continuous and increasing in t; the
+    level that hands out the whole budget is found by bisection on log t, per group, vectorised. A group whose
+    jobs are all capped keeps its caps (more bandwidth never hurts, the floor or not)."""
+    b_star = 2.0 * c / (lam * min_interval_s**2)
+    binds = b > b_star
+    groups = np.unique(g[binds & np.isfinite(level_of_group[g])])
+    if groups.size == 0:
+        return b
+    code = np.full(budgets.shape[0], -1, dtype=np.int64)
+    code[groups] = np.arange(groups.size)
+    mine = np.flatnonzero(code[g] >= 0)
+    gm, wm, capm = code[g[mine]], w[mine], cap[mine]
+    t_star = b_star[mine] / wm
+    k = groups.size
+    budget = budgets[groups]
+
+    def shares(t: np.ndarray) -> np.ndarray:
+        tj = t[gm]
+        return np.minimum(capm, wm * np.minimum(tj, t_star**0.25 * tj**0.75))
+
+    # Bracket: at the floorless level every share is at most the floorless one, so the level is no lower; at
+    # the level where the job reaching min(W_i, budget) last gets there, the shares add up to at least the
+    # budget (or to Σ W_i > budget).
+    lo = level_of_group[groups]
+    target = np.minimum(capm, budget[gm])
+    plain = target / wm
+    reach = np.where(plain <= t_star, plain, (target / (wm * t_star**0.25)) ** (4.0 / 3.0))
+    hi = np.full(k, -np.inf)
+    np.maximum.at(hi, gm, reach)
+    hi = np.maximum(hi, lo)
+    log_lo, log_hi = np.log(lo), np.log(hi)
+    for _ in range(_LEVEL_BISECTIONS):
+        mid = 0.5 * (log_lo + log_hi)
+        open_ = (mid > log_lo) & (mid < log_hi)
+        if not open_.any():
+            break
+        total = np.bincount(gm, weights=shares(np.exp(mid)), minlength=k)
+        over = total > budget
+        log_hi = np.where(open_ & over, mid, log_hi)
+        log_lo = np.where(open_ & ~over, mid, log_lo)
+    out = b.copy()
+    out[mine] = shares(np.exp(log_lo))
+    return out
 
 
 def plan_checkpoints(
@@ -159,18 +233,23 @@ def plan_checkpoints(
     budget_bytes_per_s: float | np.ndarray,
     beta: float = 0.2,
     group: np.ndarray | None = None,
+    min_interval_s: float = MIN_INTERVAL_S,
 ) -> P1Plan:
-    """design §2: allocate (Theorem 1/Lemma 2), clip the interval (Eq. 9), decide the final checkpoint.
+    """design §2: allocate (Theorem 1/Lemma 2, with the floor), clip the interval (Eq. 9 and the floor), decide
+    the final checkpoint.
 
-    Eq. 9: Δ_i = clip(sqrt(2C_i/(λ_i b_i)), C_i/(β b_i), 2·L_max,i); when the lower bound exceeds the
-    upper the lower bound is used and the job is flagged `loss_budget_at_risk`. A final checkpoint is
-    emitted iff C_i/b_i + T_r,i <= τ_i (b_i should already be a lower-confidence bandwidth).
+    Eq. 9 with the floor Δ_min = `min_interval_s`: Δ_i = clip(sqrt(2C_i/(λ_i b_i)), max(C_i/(β b_i), Δ_min),
+    2·L_max,i); when the lower bound exceeds the upper the lower bound is used and the job is flagged
+    `loss_budget_at_risk`. The shares b_i are the optimum of the problem with the floor (see
+    `allocate_checkpoint_bandwidth`). A final checkpoint is emitted iff C_i/b_i + T_r,i <= τ_i (b_i should
+    already be a lower-confidence bandwidth).
     """
     lam, c = jobs.hazard_per_s, jobs.ckpt_bytes
-    b = allocate_checkpoint_bandwidth(lam, c, budget_bytes_per_s, jobs.cap_bytes_per_s, group)
+    b = allocate_checkpoint_bandwidth(lam, c, budget_bytes_per_s, jobs.cap_bytes_per_s, group,
+                                      min_interval_s=min_interval_s)
     with np.errstate(divide="ignore", invalid="ignore"):
         free = optimal_interval_s(lam, c, b)
-        lower = c / (beta * b)
+        lower = np.maximum(c / (beta * b), min_interval_s)
         upper = 2.0 * jobs.loss_budget_s
         at_risk = lower > upper
         interval = np.where(at_risk, lower, np.minimum(np.maximum(free, lower), upper))

@@ -17,7 +17,8 @@ import numpy as np
 from scheduler.topology import BottleneckIndex, CampusTree
 
 __all__ = [
-    "EXCLUSION_REASONS", "P2Decision", "P2Request", "feasible_mask", "response_view", "select_destination", "survival",
+    "EXCLUSION_REASONS", "P2Decision", "P2Request", "feasibility_checks", "feasible_mask", "response_view",
+    "select_destination", "survival",
 ]
 
 EXCLUSION_REASONS = ("vram", "capability", "compatibility", "busy", "deadline")
@@ -73,17 +74,31 @@ class P2Decision:
         )
 
 
+def feasibility_checks(
+    free_gpus: np.ndarray, vram_gb: np.ndarray, capability: np.ndarray, compatible: np.ndarray | None, *,
+    gpus: int, vram_gb_needed: float, min_capability: float,
+) -> dict[str, np.ndarray]:
+    """design §3 feasibility before locality and deadlines, one pass mask per check, keyed and ordered like
+    EXCLUSION_REASONS (hardware first, then load): VRAM per GPU, compute capability, checkpoint compatibility
+    (``compatible`` None = every node), enough free GPUs. A node's exclusion reason is its first failing check
+    (``select_destination`` and ``scheduler.explain`` both read them from here)."""
+    n = np.asarray(free_gpus).shape[0]
+    return {
+        "vram": np.asarray(vram_gb) >= vram_gb_needed,
+        "capability": np.asarray(capability) >= min_capability,
+        "compatibility": np.ones(n, dtype=bool) if compatible is None else np.asarray(compatible, dtype=bool),
+        "busy": np.asarray(free_gpus) >= gpus,
+    }
+
+
 def feasible_mask(
     free_gpus: np.ndarray, vram_gb: np.ndarray, capability: np.ndarray, compatible: np.ndarray | None, *,
     gpus: int, vram_gb_needed: float, min_capability: float,
 ) -> np.ndarray:
-    """design §3 feasibility, before locality and deadlines: enough free GPUs, VRAM per GPU and compute
-    capability, and checkpoint-compatible (``compatible`` None = every node)."""
-    ok = (np.asarray(free_gpus) >= gpus) & (np.asarray(vram_gb) >= vram_gb_needed)
-    ok &= np.asarray(capability) >= min_capability
-    if compatible is not None:
-        ok &= np.asarray(compatible, dtype=bool)
-    return ok
+    """design §3 feasibility, before locality and deadlines: every check of :func:`feasibility_checks` passes."""
+    checks = feasibility_checks(free_gpus, vram_gb, capability, compatible, gpus=gpus,
+                                vram_gb_needed=vram_gb_needed, min_capability=min_capability)
+    return np.logical_and.reduce(list(checks.values()))
 
 
 def survival(
@@ -112,10 +127,10 @@ def select_destination(req: P2Request) -> P2Decision:
     # Transfer starts at the freshest replica's holder (the source is gone in an emergency).
     with np.errstate(divide="ignore"):
         transfer = req.ckpt_bytes / index.bottleneck_from(req.ckpt_holder, nodes) + req.restart_s
-    vram_ok = req.vram_gb >= req.vram_gb_needed
-    cap_ok = req.capability >= req.min_capability
-    compat_ok = np.ones(n, dtype=bool) if req.compatible is None else np.asarray(req.compatible, dtype=bool)
-    busy_ok = req.free_gpus >= req.gpus
+    hardware_and_load = feasibility_checks(req.free_gpus, req.vram_gb, req.capability, req.compatible,
+                                           gpus=req.gpus, vram_gb_needed=req.vram_gb_needed,
+                                           min_capability=req.min_capability)
+    vram_ok, cap_ok, compat_ok, busy_ok = hardware_and_load.values()
     scheduled = req.notice_s is not None and not np.isnan(req.notice_s)
     deadline_ok = transfer <= req.notice_s if scheduled else np.ones(n, dtype=bool)
     not_source = nodes != req.source

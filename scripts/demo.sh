@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${DEMO_PYTHON:-.venv/bin/python}
-export DEBUG=${DEBUG:-1} RECLAIMNET_DEMO=1
+# As production runs (DEBUG off: the portal's own 400/403/404/500 pages, never Django's technical pages; static
+# files from collectstatic through whitenoise), except plain http on loopback instead of HTTPS behind a proxy.
+export DEBUG=${DEBUG:-0} RECLAIMNET_DEMO=1 RECLAIMNET_INSECURE_HTTP=${RECLAIMNET_INSECURE_HTTP:-1}
 unset DATABASE_URL REDIS_URL
 # Short periods so a visitor sees things happen (design §2 control period, heartbeats).
 export RECLAIMNET_CONTROL_PERIOD_S=${RECLAIMNET_CONTROL_PERIOD_S:-2}

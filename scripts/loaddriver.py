@@ -466,6 +466,7 @@ class ReadResult:
     samples: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     what: str = "reads"
+    sent_at: list[float] = field(default_factory=list)  # time.monotonic() each request was sent, as latencies_ms
 
     def percentile(self, q: float) -> float:
         return _percentile(self.latencies_ms, q)
@@ -482,6 +483,7 @@ class ReadResult:
         """One answer (the caller holds the lock)."""
         self.requests += 1
         self.latencies_ms.append(ans.ms)
+        self.sent_at.append(time.monotonic() - ans.ms / 1000.0)
         self.by_path.setdefault(key, []).append(ans.ms)
         self.statuses[ans.status] += 1
         if ans.status != ok_status:
@@ -504,6 +506,16 @@ class ReadResult:
                          f"p99 {_percentile(values, 99):.0f} ms")
         lines += [f"  error: {s}" for s in self.samples]
         return "\n".join(lines)
+
+    def by_window(self, since: float, window_s: float = 10.0) -> str:
+        """p50/p99 of the requests sent in each ``window_s`` from ``since`` (time.monotonic()): where in the run
+        the slow ones were (a burst shows as the windows it lands in)."""
+        windows: dict[int, list[float]] = {}
+        for at, ms in zip(self.sent_at, self.latencies_ms, strict=True):
+            windows.setdefault(max(0, int((at - since) // window_s)), []).append(ms)
+        return f"  {self.what} by {window_s:g} s window (p50/p99 ms): " + ", ".join(
+            f"{int(i * window_s)}-{int((i + 1) * window_s)} s {_percentile(v, 50):.0f}/{_percentile(v, 99):.0f}"
+            for i, v in sorted(windows.items()))
 
 
 class _Session:

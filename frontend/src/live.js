@@ -1,10 +1,15 @@
 /* ReclaimNet live updates: one websocket per tab (/ws/live/, session-authenticated).
  *
- * The server sends {"event": "job.state" | "node.state" | "reclaim" | "migration" | "checkpoint", ...ids}.
- * Events carry ids, not state: each element with data-live="topic topic…" is re-fetched by htmx (it declares
- * hx-get + hx-trigger="live") when an event matches one of its topics. Topics of an event: "*", the event name,
- * its first word ("job" for "job.state"), and "<kind>-<id>" for each *_id field (job-12, node-3, …).
- * A page asks to follow single objects with <body data-follow="job-12">.
+ * Two kinds of message arrive:
+ * 1. Internal refresh events {"event": "job.state" | "node.state" | "reclaim" | "migration" | "checkpoint", ...ids}.
+ *    They carry ids, not state: each element with data-live="topic topic…" is re-fetched by htmx (it declares
+ *    hx-get + hx-trigger="live") when an event matches one of its topics. Topics of an event: "*", the event name,
+ *    its first word ("job" for "job.state"), and "<kind>-<id>" for each *_id field (job-12, node-3, …).
+ *    A page asks to follow single objects with <body data-follow="job-12">. They never raise a toast.
+ * 2. Notices {"event": "notice", "name", "level", "text", "url"}: an event this person cares about (portal/core/
+ *    events.py: placed, moved, lost work, …), in words the server wrote. Each becomes a toast in #live-log, a strip
+ *    of its own above the page's content (it pushes the content down, never covers it), newest first, at most 4;
+ *    a toast goes away 12 s after it was first on screen, or when dismissed.
  */
 (function () {
   "use strict";
@@ -46,26 +51,53 @@
     document.dispatchEvent(new CustomEvent("reclaimnet:live", { detail: msg }));
   }
 
-  function describe(msg) {
-    var what = { "job.state": "Job", "node.state": "Node", reclaim: "Reclaim", migration: "Migration",
-                 checkpoint: "Checkpoint" }[msg.event] || msg.event;
-    var parts = [what];
-    if (msg.job_id !== undefined) parts.push("job #" + msg.job_id);
-    if (msg.node !== undefined) parts.push(String(msg.node));
-    else if (msg.node_id !== undefined) parts.push("node #" + msg.node_id);
-    var status = msg.state || msg.outcome || msg.status || msg.mode || "";
-    return parts.join(" · ") + (status ? ": " + status : "");
+  var TOAST_SHOWN_MS = 12000;
+  var MAX_TOASTS = 4;
+
+  function removeToast(item) {
+    if (item.parentNode) item.parentNode.removeChild(item);
   }
 
-  function toast(text) {
+  // The countdown starts when the toast is on screen: one that arrives while the page is scrolled away waits.
+  function expireWhenSeen(item) {
+    if (!("IntersectionObserver" in window)) {
+      setTimeout(function () { removeToast(item); }, TOAST_SHOWN_MS);
+      return;
+    }
+    var observer = new IntersectionObserver(function (entries) {
+      if (entries.some(function (entry) { return entry.isIntersecting; })) {
+        observer.disconnect();
+        setTimeout(function () { removeToast(item); }, TOAST_SHOWN_MS);
+      }
+    });
+    observer.observe(item);
+  }
+
+  function toast(msg) {
     var log = document.getElementById("live-log");
-    if (!log) return;
-    var item = document.createElement("p");
-    item.className = "toast";
-    item.textContent = text;
+    if (!log || !msg.text) return;
+    var item = document.createElement("div");
+    item.className = "toast toast-" + (msg.level || "info");
+    item.setAttribute("data-event", msg.name || "");
+    var text = document.createElement("p");
+    text.textContent = msg.text;
+    item.appendChild(text);
+    if (msg.url && msg.url !== window.location.pathname) {
+      var link = document.createElement("a");
+      link.href = msg.url;
+      link.textContent = "Open";
+      item.appendChild(link);
+    }
+    var close = document.createElement("button");
+    close.type = "button";
+    close.className = "toast-close";
+    close.setAttribute("aria-label", "Dismiss");
+    close.textContent = "\u00d7";
+    close.addEventListener("click", function () { removeToast(item); });
+    item.appendChild(close);
     log.prepend(item);
-    while (log.children.length > 4) log.removeChild(log.lastChild);
-    setTimeout(function () { if (item.parentNode) item.parentNode.removeChild(item); }, 8000);
+    while (log.children.length > MAX_TOASTS) log.removeChild(log.lastChild);
+    expireWhenSeen(item);
   }
 
   function setStatus(state) {
@@ -93,8 +125,8 @@
       if (msg.event === "hello") return;
       if (msg.event === "following") { setStatus("open"); return; }
       if (isRepeat(e.data)) return;
+      if (msg.event === "notice") { toast(msg); return; }
       refresh(msg);
-      toast(describe(msg));
     };
     socket.onclose = function (e) {
       setStatus("closed");

@@ -1,4 +1,5 @@
-"""The control plane's tunables (``settings.RECLAIMNET``: α, k_min, β, the research reserve, timeouts)."""
+"""The control plane's tunables (``settings.RECLAIMNET``: α, k_min, β, the minimum checkpoint interval Δ_min, the
+research reserve, timeouts)."""
 
 from __future__ import annotations
 

@@ -125,6 +125,8 @@ class MigrationWork(models.Model):
 
     class Meta:
         ordering = ["-requested_at", "-id"]
+        verbose_name = "migration workflow"
+        verbose_name_plural = "migration workflows"
 
     def __str__(self) -> str:
         return f"migration {self.migration_id}: {self.phase}"
@@ -186,6 +188,10 @@ class ReclaimWork(models.Model):
     planned_at = models.DateTimeField(null=True, blank=True)
     forced_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "reclaim workflow"
+        verbose_name_plural = "reclaim workflows"
 
     def __str__(self) -> str:
         return f"work of reclaim {self.reclaim_id}"

@@ -37,6 +37,8 @@ def load_campus() -> Campus:
 
 
 def remaining_s(job: Job) -> float:
+    """The work a job has left (design §3: P2's survival horizon): its expected runtime less the work it has done,
+    measured from its progress as heartbeats report it (``portal.control.progress``); at least 1 s."""
     return max(1.0, job.expected_runtime_s - job.work_done_s)
 
 

@@ -9,6 +9,10 @@ from django.http import HttpRequest
 
 from portal.core import models as m
 
+admin.site.site_header = "ReclaimNet administration"  # not "Django administration"
+admin.site.site_title = "ReclaimNet admin"
+admin.site.index_title = "Campus records"
+
 
 class GpuInline(admin.TabularInline):
     model = m.Gpu
@@ -218,3 +222,17 @@ class IdempotencyKeyAdmin(AppendOnlyAdmin):
     list_display = ["key", "user", "scope", "response_status", "created_at"]
     search_fields = ["key", "user__username"]
     list_select_related = ["user"]
+
+
+@admin.register(m.JobOutput)
+class JobOutputAdmin(AppendOnlyAdmin):
+    list_display = ["job", "runs", "start_offset", "end_offset", "run_node", "updated_at"]
+    search_fields = ["job__name"]
+    list_select_related = ["job", "run_node"]
+
+
+@admin.register(m.JobOutputChunk)
+class JobOutputChunkAdmin(AppendOnlyAdmin):
+    list_display = ["job", "start_offset", "end_offset"]
+    search_fields = ["job__name", "text"]
+    list_select_related = ["job"]

@@ -9,7 +9,8 @@ from django.db import connection, models
 
 PG_TYPES = {"FloatField": "float8", "BooleanField": "bool", "BigAutoField": "bigint", "AutoField": "int",
             "IntegerField": "int", "BigIntegerField": "bigint", "PositiveIntegerField": "int",
-            "ForeignKey": "bigint", "OneToOneField": "bigint"}
+            "ForeignKey": "bigint", "OneToOneField": "bigint", "DateTimeField": "timestamptz",
+            "CharField": "text", "TextField": "text"}
 
 
 def update_columns(model: type[models.Model], key: str, keys: Sequence[Any], values: dict[str, Sequence[Any]]) -> int:

@@ -13,6 +13,9 @@ dashboard, the summary API and ``/metrics`` — reads these functions, so they c
   researcher's estimate.
 - :func:`load` — the whole snapshot a decision needs (:class:`Campus`): tree, link bandwidths, free GPUs of
   lent nodes with a live agent, hardware, hazard; :meth:`Campus.feasible` is a job's feasible nodes.
+- :func:`gpu_time` — the same counts over the past: per period, GPU-seconds lent (each node's lendable GPUs
+  while ``NodeAvailability`` says it was lent) and busy (placements on lent nodes), for the dashboard's
+  utilisation of past hours; :func:`migration_traffic_now` — the migration copies on the wire now, per link.
 
 Nothing here writes. The estimator (``portal.control.loop.estimates``) is the only writer of the estimates.
 """
@@ -26,11 +29,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
-from portal.control.models import AgentSession, MigrationPhase, MigrationWork
+from portal.control.models import (
+    AgentSession,
+    MigrationPhase,
+    MigrationWork,
+    Transfer,
+    TransferPurpose,
+    TransferState,
+)
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import (
     Checkpoint,
@@ -41,9 +52,11 @@ from portal.core.models import (
     Link,
     LinkEstimate,
     Node,
+    NodeAvailability,
     Placement,
 )
 from scheduler.p2 import feasible_mask
+from scheduler.p3 import migration_budget_bytes_per_s
 from scheduler.topology import CampusTree
 
 PRIOR_HAZARD_PER_S = 1 / 3600.0  # one emergency reclaim per lent hour until the estimator has data
@@ -154,10 +167,169 @@ def most_gpus_free_on_a_lent_node() -> int:
     return max(0, int(best or 0))
 
 
+def gpus_held(gpu_indices: Sequence[int] | None, gpu_count: int) -> int:
+    """The GPUs one placement holds: the indices it was given, else (none recorded) its job's GPU count."""
+    return len(gpu_indices) if gpu_indices else int(gpu_count)
+
+
 def busy_gpus_on_lent_nodes() -> int:
-    """GPUs held by open placements on lent nodes."""
-    return sum(len(indices or []) for indices in Placement.objects.filter(
-        ended_at__isnull=True, node__in=lent_nodes()).values_list("gpu_indices", flat=True))
+    """GPUs held by open placements on lent nodes (:func:`gpus_held` each)."""
+    return sum(gpus_held(indices, count) for indices, count in Placement.objects.filter(
+        ended_at__isnull=True, node__in=lent_nodes()).values_list("gpu_indices", "job__gpu_count"))
+
+
+# --- GPUs over time ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """Per period ``[edges[i], edges[i+1])``: GPU-seconds lent, GPU-seconds busy on lent nodes, node-seconds lent.
+
+    Integrated over time, these are :func:`lendable_gpus_total` and :func:`busy_gpus_on_lent_nodes`: a node
+    counts its lendable GPUs (``Node.lendable_of``, today's GPUs and floor) while it was lent, and a placement
+    counts :func:`gpus_held` while it was open on a node that was lent."""
+
+    lent_gpu_s: np.ndarray
+    busy_gpu_s: np.ndarray
+    lent_node_s: np.ndarray
+
+
+def lent_periods(since: Any, until: Any, *, now: Any = None) -> tuple[dict[int, list[tuple[float, float]]],
+                                                                       dict[int, int]]:
+    """Per node, the periods (epoch seconds) within [since, until] it was lent, and its lendable GPUs.
+
+    From ``NodeAvailability`` (one row per lifecycle move): lent at ``since`` as its last row before says, then
+    as each row in the range says. A node with no row at all (created in bulk, never moved) counts as lent
+    throughout exactly when it is lent now; from a node's last row on, it counts as lent only if it is also
+    lent now, so the newest period always agrees with :func:`lendable_gpus_total`. Three statements.
+    """
+    now = now or timezone.now()
+    since_s, until_s = since.timestamp(), until.timestamp()
+    before = Subquery(NodeAvailability.objects.filter(node=OuterRef("pk"), at__lte=since)
+                      .order_by("-at", "-id").values("lent")[:1])
+    nodes = list(Node.objects.annotate(lent_before=before, moved=Exists(NodeAvailability.objects.filter(
+        node=OuterRef("pk")))).values_list("pk", "gpu_floor", "state", "killswitch_engaged", "lent_before", "moved"))
+    counts = dict(Gpu.objects.values_list("node_id").annotate(n=Count("pk")).values_list("node_id", "n"))
+    moves: dict[int, list[tuple[float, bool]]] = {}
+    for node_id, at, lent in NodeAvailability.objects.filter(at__gt=since, at__lte=until).order_by(
+            "at", "id").values_list("node_id", "at", "lent"):
+        moves.setdefault(node_id, []).append((at.timestamp(), bool(lent)))
+    periods: dict[int, list[tuple[float, float]]] = {}
+    lendable: dict[int, int] = {}
+    for pk, floor, state, killswitch, lent_before, moved in nodes:
+        lent_now = state == NodeState.ONLINE and not killswitch
+        lendable[pk] = Node.lendable_of(counts.get(pk, 0), floor)
+        if not moved:
+            if lent_now:
+                periods[pk] = [(since_s, until_s)]
+            continue
+        out: list[tuple[float, float]] = []
+        lent, t = bool(lent_before), since_s
+        for at_s, then in moves.get(pk, []):
+            if lent and at_s > t:
+                out.append((t, at_s))
+            lent, t = then, max(t, at_s)
+        if lent and (lent_now or until < now) and until_s > t:
+            out.append((t, until_s))
+        if out:
+            periods[pk] = out
+    return periods, lendable
+
+
+def _integral(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray, edges_s: np.ndarray) -> np.ndarray:
+    """Per period between ``edges_s``: the integral of sum(weight over the intervals covering t) dt, in
+    O((intervals + edges) log intervals)."""
+    keep = ends > starts
+    if not keep.any():
+        return np.zeros(len(edges_s) - 1)
+    starts, ends, weights = starts[keep], ends[keep], weights[keep]
+    t = np.concatenate([starts, ends])
+    step = np.concatenate([weights, -weights])
+    order = np.argsort(t, kind="stable")
+    t, step = t[order], step[order]
+    rate = np.cumsum(step)  # the sum of weights just after each event
+    area = np.concatenate([[0.0], np.cumsum(rate[:-1] * np.diff(t))])
+    return np.diff(np.interp(edges_s, t, area))
+
+
+def gpu_time(edges: Sequence[Any], *, now: Any = None) -> GpuTime:
+    """GPU-seconds lent and busy, and node-seconds lent, per period between consecutive ``edges`` (aware
+    datetimes, ascending). Four statements whatever the campus's size."""
+    now = now or timezone.now()
+    since, until = edges[0], edges[-1]
+    edges_s = np.array([e.timestamp() for e in edges], dtype=float)
+    periods, lendable = lent_periods(since, until, now=now)
+    rows = [(s, e, lendable.get(pk, 0)) for pk, spans in periods.items() for s, e in spans]
+    lent_s = np.array([r[0] for r in rows], dtype=float)
+    lent_e = np.array([r[1] for r in rows], dtype=float)
+    lent_gpus = np.array([r[2] for r in rows], dtype=float)
+    busy: list[tuple[float, float, float]] = []
+    open_until_s = min(until, now).timestamp()
+    for node_id, started, ended, indices, count in Placement.objects.filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gt=since), started_at__lt=until,
+    ).values_list("node_id", "started_at", "ended_at", "gpu_indices", "job__gpu_count"):
+        p_start, p_end = started.timestamp(), ended.timestamp() if ended else open_until_s
+        held = gpus_held(indices, count)
+        for s, e in periods.get(node_id, ()):
+            lo, hi = max(s, p_start), min(e, p_end)
+            if hi > lo:
+                busy.append((lo, hi, held))
+    busy_arr = np.array(busy, dtype=float).reshape(-1, 3)
+    return GpuTime(
+        lent_gpu_s=_integral(lent_s, lent_e, lent_gpus, edges_s),
+        busy_gpu_s=_integral(busy_arr[:, 0], busy_arr[:, 1], busy_arr[:, 2], edges_s),
+        lent_node_s=_integral(lent_s, lent_e, np.ones(len(rows)), edges_s),
+    )
+
+
+# --- migration traffic now ----------------------------------------------------------------------------------------
+
+
+def migration_traffic_now(now: Any = None) -> list[dict[str, Any]]:
+    """Per link, the migration copies on the wire now (design §4): planned migrations' and recoveries'
+    transfers issued and neither received, failed nor expired, on the tree path between their two nodes.
+
+    Each entry: ``link``, ``capacity_bytes_per_s``, ``available_bytes_per_s`` (B⁻), ``budget_bytes_per_s``
+    (what P3 may give migrations there: B⁻ minus the research reserve), ``flows``, ``rate_bytes_per_s`` (the
+    sum of their P3 rates; a copy without one counts 0) — sorted by link name; empty when nothing moves. One
+    statement when nothing moves, four otherwise.
+    """
+    now = now or timezone.now()
+    transfers = list(Transfer.objects.filter(
+        state=TransferState.ISSUED, purpose__in=[TransferPurpose.MIGRATION, TransferPurpose.EMERGENCY],
+        expires_at__gt=now, finished_at__isnull=True,
+    ).values_list("source_id", "destination_id", "rate_bytes_per_s"))
+    if not transfers:
+        return []
+    links = {pk: (name, upper, lower_switch, capacity) for pk, name, upper, lower_switch, capacity in
+             Link.objects.values_list("pk", "name", "upper_id", "lower_switch_id", "capacity_bytes_per_s")}
+    uplink_of = {lower_switch: pk for pk, (_, _, lower_switch, _) in links.items() if lower_switch is not None}
+    ends = {pk for s, d, _ in transfers for pk in (s, d)}
+    access = dict(Node.objects.filter(pk__in=list(ends)).values_list("pk", "access_link_id"))
+    lower = dict(LinkEstimate.objects.values_list("link_id", "lower_bytes_per_s"))
+
+    def to_root(node_pk: int) -> list[int]:
+        path, link = [], access.get(node_pk)
+        while link is not None and link in links and link not in path:
+            path.append(link)
+            link = uplink_of.get(links[link][1])
+        return path
+
+    per_link: dict[int, list[float]] = {}
+    for source, destination, rate in transfers:
+        up, down = to_root(source), to_root(destination)
+        for link in set(up) ^ set(down):
+            per_link.setdefault(link, []).append(float(rate or 0.0))
+    fraction = float(settings.RECLAIMNET["RESERVE_FRACTION"])
+    reserve_min = float(settings.RECLAIMNET["RESERVE_MIN_BYTES_PER_S"])
+    out = []
+    for link, rates in per_link.items():
+        name, _, _, capacity = links[link]
+        available = link_available_bytes_per_s(capacity, lower.get(link))
+        out.append({"link": name, "capacity_bytes_per_s": float(capacity), "available_bytes_per_s": available,
+                    "budget_bytes_per_s": float(migration_budget_bytes_per_s(available, fraction, reserve_min)),
+                    "flows": len(rates), "rate_bytes_per_s": sum(rates)})
+    return sorted(out, key=lambda e: e["link"])
 
 
 # --- links and checkpoints ----------------------------------------------------------------------------------------

@@ -65,14 +65,18 @@ def reserve(user: Any, key: str, scope: str, digest: str) -> StoredAnswer | None
     return the answer of the request that used it first. Raises :class:`KeyReusedError` for another request."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside the transaction of the change it guards")
-    IdempotencyKey.objects.filter(user=user, key=key,
-                                  created_at__lt=timezone.now() - dt.timedelta(seconds=KEEP_S)).delete()
-    try:
-        with transaction.atomic():
-            IdempotencyKey.objects.create(user=user, key=key, scope=scope[:300], request_sha256=digest)
-        return None
-    except IntegrityError:
-        first = IdempotencyKey.objects.get(user=user, key=key)
+    first = None
+    for _ in range(3):
+        if _insert_if_absent(user, key, scope, digest):
+            return None
+        first = IdempotencyKey.objects.filter(user=user, key=key).first()
+        if first is not None and first.created_at < timezone.now() - dt.timedelta(seconds=KEEP_S):
+            IdempotencyKey.objects.filter(pk=first.pk).delete()  # expired: the key is free again
+            first = None
+        if first is not None:
+            break
+    if first is None:  # taken and freed under us three times: let the client come back
+        raise KeyInProgressError(key)
     if first.request_sha256 != digest:
         raise KeyReusedError(key)
     if first.response_status is None:
@@ -83,6 +87,36 @@ def reserve(user: Any, key: str, scope: str, digest: str) -> StoredAnswer | None
     except InvalidToken:  # SECRET_KEY rotated since: the answer cannot be replayed, the key still holds
         body = {"detail": "This request was already carried out; its answer is no longer available."}
     return StoredAnswer(first.response_status, body, first.response_location)
+
+
+_INSERT_COLUMNS = ("user", "key", "scope", "request_sha256", "response_status", "response_ciphertext",
+                   "response_location", "created_at")
+
+
+def _insert_if_absent(user: Any, key: str, scope: str, digest: str) -> bool:
+    """Insert the key's row unless ``(user, key)`` has one; True when inserted.
+
+    One statement (``INSERT … ON CONFLICT DO NOTHING``) where the ORM took four on every create (delete an
+    expired row, savepoint, insert, release; docs/design.md §10). A concurrent twin's insert waits on the unique
+    index until the first transaction ends, as before: it then inserts (the first rolled back) or finds the
+    committed row. Other databases keep the savepoint and the IntegrityError."""
+    conn = transaction.get_connection()
+    if conn.vendor not in ("postgresql", "sqlite"):
+        try:
+            with transaction.atomic():
+                IdempotencyKey.objects.create(user=user, key=key, scope=scope[:300], request_sha256=digest)
+            return True
+        except IntegrityError:
+            return False
+    values = {"user": user.pk, "key": key, "scope": scope[:300], "request_sha256": digest, "response_status": None,
+              "response_ciphertext": "", "response_location": "", "created_at": timezone.now()}
+    fields = [IdempotencyKey._meta.get_field(name) for name in _INSERT_COLUMNS]
+    quote = conn.ops.quote_name
+    sql = (f"INSERT INTO {quote(IdempotencyKey._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+           f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING")
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [f.get_db_prep_save(values[f.name], conn) for f in fields])
+        return cursor.rowcount == 1
 
 
 def record(user: Any, key: str, status: int, body: Any = None, location: str = "") -> None:

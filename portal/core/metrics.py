@@ -1,7 +1,9 @@
 """Prometheus metrics at ``/metrics`` (design §6 quantities: nodes, jobs, reclaims, migrations, work lost).
 
 Values are read from the database at scrape time by a custom collector, so every portal process reports the
-same numbers and nothing has to be kept in process memory.
+same numbers and nothing has to be kept in process memory. They are ``utilization_summary()``'s, the campus read
+model's counts the admin dashboard shows too, and the GPU gauges' HELP is the definition the dashboard shows on
+hover (``summary.DEFINITIONS``, docs/design.md §9.1).
 
 Access: a signed-in staff user (session), or ``Authorization: Bearer <METRICS_TOKEN>`` when the
 ``METRICS_TOKEN`` environment variable (or ``settings.METRICS_TOKEN``) is set. Anyone else gets 401/403. The
@@ -19,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from portal.control.models import LinkCounter
-from portal.core.services.summary import utilization_summary
+from portal.core.services.summary import DEFINITIONS, utilization_summary
 from portal.env import env_str
 
 
@@ -52,7 +54,7 @@ class CampusCollector:
             "reclaimnet_work_lost_seconds", "Job work lost to reclaims (seconds)", value=summary["work_lost_s"]
         )
         yield CounterMetricFamily(
-            "reclaimnet_work_lost_gpu_hours", "Work lost to reclaims (GPU-hours)",
+            "reclaimnet_work_lost_gpu_hours", DEFINITIONS["work_lost_gpu_hours"],
             value=summary["work_lost_gpu_hours"],
         )
         link = CounterMetricFamily(
@@ -61,14 +63,12 @@ class CampusCollector:
         for name, value in LinkCounter.objects.order_by("name").values_list("name", "value"):
             link.add_metric([name], value)
         yield link
-        yield GaugeMetricFamily("reclaimnet_gpus", "GPUs registered", value=summary["gpus_total"])
-        yield GaugeMetricFamily(
-            "reclaimnet_gpus_lendable", "Lendable GPUs on online nodes", value=summary["gpus_lendable_online"]
-        )
-        yield GaugeMetricFamily("reclaimnet_gpus_busy", "GPUs held by running jobs", value=summary["gpus_busy"])
-        yield GaugeMetricFamily(
-            "reclaimnet_gpu_utilization", "Busy / lendable GPUs on online nodes", value=summary["gpu_utilization"]
-        )
+        yield GaugeMetricFamily("reclaimnet_gpus", DEFINITIONS["gpus_total"], value=summary["gpus_total"])
+        yield GaugeMetricFamily("reclaimnet_gpus_lendable", DEFINITIONS["gpus_lent"],
+                                value=summary["gpus_lendable_online"])
+        yield GaugeMetricFamily("reclaimnet_gpus_busy", DEFINITIONS["gpus_busy"], value=summary["gpus_busy"])
+        yield GaugeMetricFamily("reclaimnet_gpu_utilization", DEFINITIONS["gpu_utilization"],
+                                value=summary["gpu_utilization"])
 
 
 def metrics_token() -> str:

@@ -194,24 +194,3 @@ class ConcurrencyLimit:
             (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
             (b"retry-after", str(self.retry_after_s).encode())]})
         await send({"type": "http.response.body", "body": body})
-
-
-class SyncChainMiddleware:
-    """Does nothing but be synchronous only. Placed after the async-capable middleware (sessions, CSRF, auth,
-    messages, htmx: innermost), it makes Django run the whole chain around the (synchronous) views in one thread.
-
-    Under ASGI Django runs an async-capable middleware in the event loop when the one inside it is async, and
-    ``MiddlewareMixin`` then hands each ``process_request``/``process_response`` to the request's thread and
-    back: about ten thread hops per request, each waiting for the event loop and the interpreter lock. With this
-    middleware innermost of them, a request crosses threads twice: into the chain, and into the view. Under 100
-    polling clients on 2 cores (``make load``) that took reads from 35 to 44 a second and their median latency
-    from 1.6 to 1.1 s (docs/design.md §10)."""
-
-    sync_capable = True
-    async_capable = False
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)

@@ -9,23 +9,28 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from csp.constants import NONCE, SELF
 from csp.middleware import CSPMiddleware, PolicyParts
 from django.conf import settings
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
-# The API docs pages (drf-spectacular's Swagger UI and ReDoc) load their scripts, styles and fonts from a CDN
-# and carry inline <script>/<style>; only they get this looser policy (serving their assets from the portal
-# would let them share the strict one).
-DOCS_URL_NAMES = frozenset({"api-docs", "api-redoc"})
-DOCS_CDN = "https://cdn.jsdelivr.net"
-DOCS_POLICY: dict[str, list[str]] = {
-    "script-src": ["'self'", "'unsafe-inline'", DOCS_CDN],
-    "style-src": ["'self'", "'unsafe-inline'", DOCS_CDN, "https://fonts.googleapis.com"],
-    "font-src": ["'self'", "https://fonts.gstatic.com", DOCS_CDN],
-    "img-src": ["'self'", "data:", DOCS_CDN],
-    "worker-src": ["'self'", "blob:"],
+# The API docs pages (drf-spectacular's Swagger UI and ReDoc) are served entirely by the portal: their scripts and
+# styles from its static files (drf-spectacular-sidecar), their inline <script>/<style> carrying this request's
+# nonce (portal/templates/drf_spectacular/). They get the strict policy plus the nonce, and ReDoc its search worker
+# (a blob: URL) — no 'unsafe-inline' script, no other origin. Only these two pages get it.
+DOCS_POLICIES: dict[str, dict[str, list[str]]] = {
+    "api-docs": {
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+    },
+    "api-redoc": {
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "worker-src": [SELF, "blob:"],
+    },
 }
+DOCS_URL_NAMES = frozenset(DOCS_POLICIES)
 
 
 NO_ADDRESS = "0.0.0.0"  # a request with no address at all (daphne on a Unix socket sets no REMOTE_ADDR)
@@ -58,7 +63,7 @@ def _ip_or_none(text: Any) -> str | None:
 
 
 class PortalCSPMiddleware(CSPMiddleware):
-    """django-csp's middleware with one exception: the API docs pages get ``DOCS_POLICY`` (see above)."""
+    """django-csp's middleware with one exception: the API docs pages get ``DOCS_POLICIES`` (see above)."""
 
     def get_policy_parts(
         self, request: HttpRequest, response: HttpResponseBase, report_only: bool = False
@@ -66,5 +71,5 @@ class PortalCSPMiddleware(CSPMiddleware):
         parts = super().get_policy_parts(request, response, report_only)
         match = getattr(request, "resolver_match", None)
         if match is not None and match.url_name in DOCS_URL_NAMES:
-            parts.replace = {**(parts.replace or {}), **DOCS_POLICY}
+            parts.replace = {**(parts.replace or {}), **DOCS_POLICIES[match.url_name]}
         return parts

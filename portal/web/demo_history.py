@@ -4,7 +4,9 @@ The control plane writes this history as it runs; a fresh demo or a browser test
 dashboard shows nothing. This writes two days of it in the shape the control plane would: nodes online, jobs
 placed and checkpointed, scheduled and emergency reclaims at the paper's peak hours (design §6: 11:30-13:00 and
 17:30-20:00, 42 % emergency), migrations (planned/degraded, downtime, work lost), an hourly campus hazard
-profile, bandwidth samples and estimates per building uplink, and P1/P3 decisions.
+profile, bandwidth samples and estimates per building uplink, and P1/P3 decisions at times inside the history.
+Every node is lent from the history's start (``NodeAvailability``, what the dashboard's utilisation of a past
+hour divides by, design §9.1); with ``past_only``, a node not lent now stops being lent at ``now``.
 
 It moves states only through the lifecycles, and refuses to run twice (it does nothing if any migration
 exists). Deterministic for a given ``seed``.
@@ -37,6 +39,7 @@ from portal.core.models import (
     Migration,
     MigrationMode,
     Node,
+    NodeAvailability,
     Placement,
     ReclaimEvent,
     ReclaimKind,
@@ -81,10 +84,26 @@ def seed_history(
             if node.state in (NodeState.REGISTERED, NodeState.OFFLINE):
                 node_lifecycle.come_online(node)
             Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now - timedelta(seconds=rng.uniform(0, 2)))
+        _lent_since(nodes, start, now, past_only)
         counts = {"nodes": len(nodes)}
         counts |= _hazard_and_bandwidth(rng, now, start)
         counts |= _jobs_and_reclaims(rng, nodes, now, start, past_only)
     return counts
+
+
+def _lent_since(nodes: list[Node], start: datetime, now: datetime, past_only: bool) -> None:
+    """Record every node as lent from ``start`` (the history's jobs ran on them): the node lifecycle's own
+    rows from this run are moved back to ``start``; with ``past_only`` (the nodes keep their state), each node
+    gets a lent row at ``start`` and, unless it is lent now, a row at ``now`` that ends the lending."""
+    if not past_only:
+        NodeAvailability.objects.filter(node__in=nodes, at__gte=now).update(at=start)
+        return
+    rows = []
+    for node in nodes:
+        rows.append(NodeAvailability(node=node, at=start, state=NodeState.ONLINE, lent=True))
+        if node.state != NodeState.ONLINE or node.killswitch_engaged:
+            rows.append(NodeAvailability(node=node, at=now, state=node.state, lent=False))
+    NodeAvailability.objects.bulk_create(rows)
 
 
 def _hazard_and_bandwidth(rng: random.Random, now: datetime, start: datetime) -> dict[str, int]:
@@ -119,12 +138,15 @@ def _hazard_and_bandwidth(rng: random.Random, now: datetime, start: datetime) ->
                 used += rate
             else:
                 degraded.append({"id": flow["id"], "reason": "capacity"})
-        DecisionLog.objects.create(
+        decision = DecisionLog.objects.create(
             kind=DecisionLog.Kind.P3,
             request={"link": link.name, "capacity_bytes_per_s": link.capacity_bytes_per_s, "reserve_fraction": 0.3,
                      "flows": flows, "research_bytes_per_s": link.capacity_bytes_per_s * rng.uniform(0.25, 0.55)},
             response={"migration_budget_bytes_per_s": budget, "admitted": admitted, "degraded": degraded},
         )
+        # Decided some time during the history (what the dashboard lists as history, never as in flight).
+        decided_at = start + (now - start) * rng.uniform(0.1, 0.9)
+        DecisionLog.objects.filter(pk=decision.pk).update(created_at=decided_at)
     return {"bandwidth_samples": len(samples)}
 
 

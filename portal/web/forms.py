@@ -10,9 +10,11 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.utils.translation import ngettext
 
 from portal.core.models import Building, PriorityClass, Provider, ResearchGroup
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
+from portal.core.services.jobs import campus_hardware, campus_limits
 
 GB = 1e9
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -60,7 +62,8 @@ class RegisterNodeForm(forms.Form):
         data = super().clean() or {}
         count, floor = data.get("gpu_count"), data.get("gpu_floor")
         if count is not None and floor is not None and floor > count:
-            self.add_error("gpu_floor", f"The floor cannot exceed the node's {count} GPU(s).")
+            self.add_error("gpu_floor", ngettext("The floor cannot exceed the node's %(n)d GPU.",
+                                                 "The floor cannot exceed the node's %(n)d GPUs.", count) % {"n": count})
         return data
 
     def service_kwargs(self) -> dict[str, Any]:
@@ -163,11 +166,23 @@ class JobForm(forms.Form):
     def __init__(self, *args: Any, groups: QuerySet[ResearchGroup], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["group"].queryset = groups
+        nodes = campus_hardware()
+        if nodes:  # what the campus has, so a request no node could run is not a surprise at submit
+            gpus, vram_gb, capability = campus_limits(nodes)
+            self.fields["gpu_count"].help_text = (f"All on one node (the largest here has {gpus}); "
+                                                  "a gang job moves whole.")
+            self.fields["vram_gb_per_gpu"].help_text = f"0 for any; the largest GPU here has {vram_gb:g} GB."
+            self.fields["min_capability"].help_text = (f"e.g. 8.0 for bf16 on A100; 0 for any "
+                                                       f"(the highest here is {capability}).")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if not (data.get("command") or "").strip() and not (data.get("image") or "").strip():
+        command, image = (data.get("command") or "").strip(), (data.get("image") or "").strip()
+        if not command and not image:
             self.add_error("command", "Give a command or a container image.")
+        elif command and image:
+            self.add_error("image", "Give a command or a container image, not both: the job would run only the "
+                                    "command. Clear one of the two.")
         return data
 
     def service_kwargs(self) -> dict[str, Any]:

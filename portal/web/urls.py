@@ -27,6 +27,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("jobs/new/", researcher.job_submit, name="job-submit"),
     path("jobs/<int:job_id>/", researcher.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", researcher.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/output/", researcher.job_output, name="job-output"),
     # admin
     path("dashboard/", admin.dashboard_page, name="dashboard"),
     path("dashboard/charts.json", admin.dashboard_data, name="dashboard-data"),

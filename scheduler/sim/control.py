@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.p1 import P1Jobs, optimal_interval_s, plan_checkpoints
+from scheduler.p1 import MIN_INTERVAL_S, P1Jobs, optimal_interval_s, plan_checkpoints
 from scheduler.p3 import P3Flows, admit_flows_on_paths
 from scheduler.sim.network import LINE_RATE_BYTES_PER_S, allocate
 
 LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
 MIN_RATE_BYTES_PER_S = 1e5
 P1_BETA = 0.2  # design §2 Eq. 9 β
+P1_MIN_INTERVAL_S = MIN_INTERVAL_S  # design §2 Δ_min: the portal's default floor
 RUNNING = 2  # engine state code (engine.FUTURE, QUEUED, RUNNING, ...)
 
 
@@ -47,7 +48,7 @@ class ControlMixin:
             lam = np.maximum(self.lam_up[nodes], 1e-12)
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx], cap_bytes_per_s=b,
                                 loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx])
-            plan = plan_checkpoints(jobs, float(np.sum(b)) + 1.0, beta=P1_BETA)
+            plan = plan_checkpoints(jobs, float(np.sum(b)) + 1.0, beta=P1_BETA, min_interval_s=P1_MIN_INTERVAL_S)
             self.bplan[idx] = b
             self._remap(idx, plan.interval_s, self.C[idx] / b)
             return
@@ -66,7 +67,7 @@ class ControlMixin:
         if pol.bandwidth_split == "p1":
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
                                 loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx])
-            plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes)
+            plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes, min_interval_s=P1_MIN_INTERVAL_S)
             b, interval = plan.bandwidth_bytes_per_s, plan.interval_s
         else:
             cnt = np.bincount(nodes, minlength=self.n_nodes)
@@ -84,7 +85,7 @@ class ControlMixin:
                                 self.C[idx], loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale,
                                 restart_s=self.Tr[idx])
             interval = plan_checkpoints(jobs, np.full(idx.size, self.mean_bw_bytes_per_s), beta=P1_BETA,
-                                        group=np.arange(idx.size)).interval_s
+                                        group=np.arange(idx.size), min_interval_s=P1_MIN_INTERVAL_S).interval_s
         elif pol.interval == "truth":  # Lemma 1 at the true λ(t) and the true available bandwidth
             lam_t = self.lam_now if self.lam_true is not None else self.mean_hazard_per_s
             b_true = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)[self.access[nodes]]
@@ -157,5 +158,5 @@ class ControlMixin:
             b = self.Bcap[self.access[n]] * (1 - self.reserve_fraction)
             jobs = P1Jobs.build((self.job_ids[j],), np.array([1e-6]), self.C[j:j + 1],
                                 notice_s=np.array([tau]), restart_s=np.array([restart_s]))
-            return bool(plan_checkpoints(jobs, b, beta=P1_BETA).final_checkpoint[0])
+            return bool(plan_checkpoints(jobs, b, beta=P1_BETA, min_interval_s=P1_MIN_INTERVAL_S).final_checkpoint[0])
         return bool(self.C[j] / max(self.mean_bw_bytes_per_s, 1.0) + restart_s <= tau)

@@ -81,7 +81,8 @@ def _free_port() -> int:
 def server_env() -> dict[str, str]:
     _, browser_url = _database_urls()
     env = dict(os.environ)
-    env.update({"DATABASE_URL": browser_url, "RECLAIMNET_TESTING": "1", "PYTHONUNBUFFERED": "1"})
+    # DEBUG off, as `make demo` and production run: the portal's own error pages, static files via whitenoise.
+    env.update({"DATABASE_URL": browser_url, "RECLAIMNET_TESTING": "1", "PYTHONUNBUFFERED": "1", "DEBUG": "0"})
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     return env
 

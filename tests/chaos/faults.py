@@ -20,13 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from portal.control.models import MigrationWork, ReclaimWork, Transfer
+from portal.control.models import AgentSession, MigrationWork, ReclaimWork, Transfer
 from portal.core.models import Gpu, Job, Migration, Node, ReclaimEvent
 from portal.core.services.jobs import cancel_job
-from tests.chaos.system import HOSTILE_NODE, NODES, ChaosSystem, FaultResult, Snapshot, retry_db
+from tests.chaos.system import BURST_GPUS, HOSTILE_NODE, NODES, ChaosSystem, FaultResult, Snapshot, retry_db
 from tests.e2e import harness
 
 RECLAIM_NOTICE_S = 12.0
@@ -128,9 +129,12 @@ def postgres_restart(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -
 
 
 def daphne_restart(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None:
-    """SIGTERM daphne (it must exit within 10 s), start it again on the same port; agents reconnect."""
+    """SIGTERM daphne (it must exit within 10 s), start it again on the same port; every agent reconnects (a
+    session opened and greeted after the restart: a restart does not take nodes offline, so "online" alone would
+    be true before any agent is back)."""
     sys_.top_up()
     daphne = sys_.stack.procs["daphne"]
+    stopped_at = timezone.now()
     t0 = time.monotonic()
     daphne.signal(signal.SIGTERM)
     try:
@@ -141,10 +145,18 @@ def daphne_restart(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> 
         daphne.signal(signal.SIGKILL)
         daphne.popen.wait(10)
     sys_.stack.start_portal()
+
+    def reconnected() -> int:
+        return AgentSession.objects.filter(node__name__in=[n for n, _ in NODES], connected_at__gt=stopped_at,
+                                           closed_at__isnull=True, data_port__isnull=False
+                                           ).values("node").distinct().count()
+
     try:
-        harness.wait_for(lambda: sys_.online_count() == len(NODES), 60, interval_s=0.5, what="agents back online")
+        harness.wait_for(lambda: retry_db(reconnected) == len(NODES) and sys_.online_count() == len(NODES), 60,
+                         interval_s=0.5, what="every agent reconnected and online")
+        result.notes.append(f"all {len(NODES)} agents reconnected {time.monotonic() - t0:.1f} s after the SIGTERM")
     except TimeoutError as exc:
-        result.failures.append(str(exc))
+        result.failures.append(f"{exc}: {retry_db(reconnected)} of {len(NODES)} reconnected")
 
 
 def agent_sigkill(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None:
@@ -268,15 +280,17 @@ def reclaim_5x(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None
 def submit_200(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None:
     """200 concurrent job submits as a researcher with a token, each with its own Idempotency-Key; refused ones
     (503 + Retry-After) are retried with the same key, as a client would. Every job answered 2xx must exist
-    exactly once. The burst jobs ask 16 GPUs (no node has them): they stay queued and are cancelled after."""
+    exactly once. The burst jobs ask 16 GPUs (only a registered node that never connects has them): they are
+    valid, stay queued and are cancelled after."""
     barrier = threading.Barrier(BURST)
     first: list[int] = [0] * BURST
     final: list[int] = [0] * BURST
     errors: Counter[str] = Counter()  # what the failed attempts answered (0: no HTTP answer at all)
+    refused: Counter[str] = Counter()  # what the refused ones (4xx) answered
 
     def submit(i: int) -> None:
         key = str(uuid.uuid4())
-        body = {"name": f"chaos-burst-{i}", "gpu_count": 16, "expected_runtime_s": 60,
+        body = {"name": f"chaos-burst-{i}", "gpu_count": BURST_GPUS, "expected_runtime_s": 60,
                 "ckpt_bytes_estimate": 4096, "command": harness.training_command(10, 0.0, 0)}
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(30)
@@ -285,6 +299,8 @@ def submit_200(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None
                                                 headers={"Idempotency-Key": key}, timeout_s=120)
             if status == 0 or status >= 500:
                 errors[f"{status} {str(answer)[:120]}"] += 1
+            elif not 200 <= status < 300:
+                refused[f"{status} {str(answer)[:160]}"] += 1
             if attempt == 0:
                 first[i] = status
             final[i] = status
@@ -303,7 +319,8 @@ def submit_200(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None
     elif errors:
         result.notes.append(f"refusals: {dict(errors.most_common(4))}")
     if any(not 200 <= s < 300 for s in final):
-        result.failures.append(f"submits not accepted after retries: {dict(Counter(final))}")
+        result.failures.append(f"submits not accepted after retries: {dict(Counter(final))}; "
+                               f"{dict(refused.most_common(2))}")
     rows = Counter(retry_db(lambda: list(Job.objects.filter(name__startswith="chaos-burst-")
                                          .values_list("name", flat=True))))
     for i in range(BURST):

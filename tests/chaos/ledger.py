@@ -10,7 +10,9 @@ The measure (per job; steps are the 0-based indices handed to ``train_step``):
 - Run k *redoes* max(0, F_k − R_k) steps: progress thrown away, to be executed again. ``redone_s`` is the wall
   time earlier runs spent on those steps (per step: the time since the previous step of the same run, for the
   latest earlier execution of it). Summed over a job's runs this is its total work lost, each step counted
-  once per time it was thrown away.
+  once per time it was thrown away. Time a run spent paused is not work (design §9.9: time the job did not
+  run is not work lost): a run its agent fenced (SIGSTOP until the portal hears it again, §9.10) logs a
+  ``continued`` line when resumed, and the step whose interval holds one counts at the run's median step.
 - Run k is attributed to the job's latest migration that started before it with run k's node as destination,
   else to its latest migration that started before it (a restart loop puts several runs on one migration).
   A migration's *actual* loss is the sum over its runs, its *actual* resume step that of its first run.
@@ -45,18 +47,21 @@ class Run:
     start_t: float
     steps: list[tuple[int, float]] = field(default_factory=list)  # (step, t) in execution order
     exit_code: int | None = None
+    continued: list[float] = field(default_factory=list)  # when it was resumed after a pause (SIGCONT)
 
     @property
     def last_t(self) -> float:
         return self.steps[-1][1] if self.steps else self.start_t
 
     def durations(self) -> dict[int, float]:
-        """Wall time of each executed step (the first one gets the run's median)."""
+        """Wall time of each executed step (the first one, and one whose interval holds a pause, get the run's
+        median)."""
         out: dict[int, float] = {}
         gaps = [b[1] - a[1] for a, b in zip(self.steps, self.steps[1:], strict=False)]
         median = statistics.median(gaps) if gaps else 0.0
         for i, (step, t) in enumerate(self.steps):
-            out[step] = (t - self.steps[i - 1][1]) if i else median
+            paused = i and any(self.steps[i - 1][1] < c <= t for c in self.continued)
+            out[step] = (t - self.steps[i - 1][1]) if i and not paused else median
         return out
 
 
@@ -123,6 +128,8 @@ class Ledger:
             run.steps.append((int(line["step"]), float(line["t"])))
         elif line.get("event") == "exit":
             run.exit_code = int(line.get("code", 0))
+        elif line.get("event") == "continued":
+            run.continued.append(float(line["t"]))
 
     def runs(self) -> dict[int, list[Run]]:
         out: dict[int, list[Run]] = defaultdict(list)
@@ -158,9 +165,8 @@ def median_step_s(runs: list[Run]) -> float:
     return statistics.median(gaps) if gaps else 0.0
 
 
-def reconcile(migrations: list[MigrationRecord], job_redos: list[Redo], step_s: float) -> list[Mismatch]:
-    """Compare one job's migrations with its redos (see the module docstring). ``Mismatch.kind`` names the rule
-    (resume, lost, no-run, unrecorded), so a caller can tell a new mismatch from one it has seen."""
+def attribute(migrations: list[MigrationRecord], job_redos: list[Redo]) -> dict[int | None, list[Redo]]:
+    """One job's redos by the migration each is attributed to (None: no migration started before it)."""
     migs = sorted(migrations, key=lambda m: m.started_t)
     by_mig: dict[int | None, list[Redo]] = defaultdict(list)
     for redo in job_redos:
@@ -168,6 +174,14 @@ def reconcile(migrations: list[MigrationRecord], job_redos: list[Redo], step_s: 
         to_here = [m for m in before if m.destination == redo.node]
         chosen = to_here or before
         by_mig[chosen[-1].pk if chosen else None].append(redo)
+    return by_mig
+
+
+def reconcile(migrations: list[MigrationRecord], job_redos: list[Redo], step_s: float) -> list[Mismatch]:
+    """Compare one job's migrations with its redos (see the module docstring). ``Mismatch.kind`` names the rule
+    (resume, lost, no-run, unrecorded), so a caller can tell a new mismatch from one it has seen."""
+    migs = sorted(migrations, key=lambda m: m.started_t)
+    by_mig = attribute(migs, job_redos)
     out: list[Mismatch] = []
     for mig in migs:
         mine = by_mig.get(mig.pk, [])

@@ -4,8 +4,9 @@ ground truth of work done and redone).
     python tests/chaos/steplog.py --ledger /tmp/ledger.jsonl -- --steps 300 --step-sleep 0.05
 
 One JSON line per executed step: {"job", "run", "node", "step", "t"} (``step``: the 0-based index handed to
-``train_step``, ``t``: wall time after it), plus a ``"start"`` line when the process starts and an ``"exit"``
-line when it returns. ``run`` is unique per process, ``node`` is read from the agent's work directory
+``train_step``, ``t``: wall time after it), plus a ``"start"`` line when the process starts, an ``"exit"``
+line when it returns and a ``"continued"`` line whenever it gets SIGCONT (an agent that could not hear the
+portal pauses its jobs with SIGSTOP and resumes them with SIGCONT, design §9.10: the time between is not work). ``run`` is unique per process, ``node`` is read from the agent's work directory
 (``<data dir>/jobs/<job>/work``, the data dir named after the node). Each line is one ``write`` on an
 ``O_APPEND`` descriptor, so concurrent jobs never interleave lines.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -50,6 +52,7 @@ def main(argv: list[str]) -> int:
         record(step=int(step))
 
     trainer.train_step = recorded_step
+    signal.signal(signal.SIGCONT, lambda *_: record(event="continued"))
     record(event="start")
     code = int(trainer.main(argv[3:]))
     record(event="exit", code=code)

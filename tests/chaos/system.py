@@ -55,12 +55,16 @@ from portal.core.models import (
     ResearchGroup,
 )
 from portal.core.services.nodes import lend_again
-from tests.chaos.ledger import Ledger, MigrationRecord, median_step_s, overlaps, reconcile, redos
+from tests.chaos.ledger import Ledger, MigrationRecord, attribute, median_step_s, overlaps, reconcile, redos
 from tests.e2e import harness
 
 NODES = [("chaos-a1", "A"), ("chaos-a2", "A"), ("chaos-b1", "B"), ("chaos-b2", "B"), ("chaos-c1", "C"),
          ("chaos-c2", "C")]
 HOSTILE_NODE = ("chaos-hostile", "C")  # registered, never run by an agent: the hostile client uses its token
+# Registered with BURST_GPUS GPUs and never connected (a machine still being set up): the 200-submit burst asks
+# for that many, so its jobs are valid (a request no registered node could ever run is refused) and stay queued.
+PARKED_NODE = ("chaos-parked", "B")
+BURST_GPUS = 16
 GPUS_PER_NODE = 2
 STEPS = 3000
 STEP_SLEEP_S = 0.05
@@ -147,6 +151,7 @@ class ChaosSystem:
     # --- the processes ------------------------------------------------------------------------------------
     def boot(self) -> None:
         self.nodes = harness.make_campus([*NODES, HOSTILE_NODE], gpus_per_node=GPUS_PER_NODE)
+        self.nodes.update(harness.make_campus([PARKED_NODE], gpus_per_node=BURST_GPUS))
         group, _ = ResearchGroup.objects.get_or_create(slug="e2e-group", defaults={"name": "E2E Group"})
         users = get_user_model().objects
         researcher, _ = users.get_or_create(username="chaos-researcher")
@@ -368,16 +373,27 @@ class ChaosSystem:
             result.notes.append(f"reclaim {reclaim.pk} of {reclaim.node.name}: {reclaim.kind}, requested "
                                 f"{_hms(reclaim.requested_at)}, outcome {reclaim.outcome} {reclaim.outcome_detail!r}")
         migrations = Migration.objects.filter(started_at__gte=_aware(before.t))
+        redone = self.redone_by_migration(runs)
         for mig in migrations.select_related("work", "checkpoint"):
+            actual = redone.get(mig.pk)
             result.notes.append(
                 f"migration {mig.pk} of job {mig.job_id}: {mig.mode}{'/' + mig.degraded_reason if mig.degraded_reason else ''}"
                 f" node {mig.source_id} -> {mig.destination_id}, success {mig.success}, resumed step "
-                f"{mig.checkpoint.step if mig.checkpoint else 0}, work_lost_s {mig.work_lost_s:.1f}, phase "
-                f"{getattr(getattr(mig, 'work', None), 'phase', '?')}")
+                f"{mig.checkpoint.step if mig.checkpoint else 0}, work_lost_s {mig.work_lost_s:.1f}"
+                + (f" (ledger: {actual[1]} steps, {actual[0]:.1f} s redone)" if actual else "")
+                + f", phase {getattr(getattr(mig, 'work', None), 'phase', '?')}")
 
-    def mismatches(self, runs: dict[int, Any]) -> list[Any]:
-        """Every job's migrations against its ledger (tests/chaos/ledger.py)."""
-        out = []
+    def redone_by_migration(self, runs: dict[int, Any]) -> dict[int, tuple[float, int]]:
+        """{migration pk: (seconds, steps) its runs actually redid, per the ledger}, for the notes."""
+        out: dict[int, tuple[float, int]] = {}
+        by_job = self.migration_records()
+        for job, job_runs in runs.items():
+            for pk, mine in attribute(by_job.get(job, []), redos(job_runs)).items():
+                if pk is not None:
+                    out[pk] = (sum(r.redone_s for r in mine), sum(r.redone_steps for r in mine))
+        return out
+
+    def migration_records(self) -> dict[int, list[MigrationRecord]]:
         by_job: dict[int, list[MigrationRecord]] = {}
         for mig in Migration.objects.filter(job__name__startswith="chaos-train-").select_related(
                 "work", "checkpoint", "destination"):
@@ -385,6 +401,12 @@ class ChaosSystem:
                 mig.pk, mig.job_id, mig.started_at.timestamp(), mig.checkpoint.step if mig.checkpoint else None,
                 float(mig.work_lost_s), getattr(getattr(mig, "work", None), "phase", "") == "done",
                 mig.destination.name if mig.destination else ""))
+        return by_job
+
+    def mismatches(self, runs: dict[int, Any]) -> list[Any]:
+        """Every job's migrations against its ledger (tests/chaos/ledger.py)."""
+        out = []
+        by_job = self.migration_records()
         for job, job_runs in runs.items():
             out += reconcile(by_job.get(job, []), redos(job_runs), median_step_s(job_runs))
         return out

@@ -91,3 +91,15 @@ def test_the_ledger_file_is_read_incrementally_and_ignores_a_partial_line(tmp_pa
         fh.write('n": "r1", "node": "a", "step": 1, "t": 1.2}\n')
     ledger.refresh()
     assert [r.steps for r in ledger.runs()[7]] == [[(0, 1.1), (1, 1.2)]]
+
+
+def test_time_a_run_spent_paused_is_not_counted_as_work_redone() -> None:
+    run = _run("r1", "a", 0.0, 0, 99)  # steps every 0.1 s until 10.0 ...
+    run.steps = run.steps[:50] + [(s, t + 10.0) for s, t in run.steps[50:]]  # ... paused 10 s after step 49
+    run.continued = [14.0]
+    (redo,) = redos([run, _run("r2", "b", 30.0, 40, 150)])
+    assert redo.redone_steps == 60
+    assert abs(redo.redone_s - 60 * STEP_S) < 1e-6
+    run.continued = []  # a stall nobody paused (the machine busy) is wall time the run spent: it counts
+    (redo,) = redos([run, _run("r2", "b", 30.0, 40, 150)])
+    assert abs(redo.redone_s - (60 * STEP_S + 10.0)) < 1e-6

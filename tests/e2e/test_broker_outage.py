@@ -24,7 +24,7 @@ import harness
 import pytest
 from simagents import RecordingAgents
 
-from tests.e2e.test_queues_slow_task import SLEEP_TASK
+from tests.e2e.slow_task import SLEEP_TASK
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -171,7 +171,7 @@ def test_a_prefork_worker_survives_a_redis_restart_mid_task_and_runs_the_next(ou
 
     st, redis = outage["stack"], outage["redis"]
     worker = st.start_worker("ro-prefork", beat=False, pool="prefork", concurrency=2,
-                             extra_args=("-Q", PROBE_QUEUE, "-I", "tests.e2e.test_queues_slow_task"))
+                             extra_args=("-Q", PROBE_QUEUE, "-I", "tests.e2e.slow_task"))
     app.send_task(SLEEP_TASK, args=[5.0], queue=PROBE_QUEUE)
     harness.wait_for(lambda: b"Task tests.sleep" in worker.log_path.read_bytes(), 30, what="a task in flight")
 

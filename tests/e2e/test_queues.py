@@ -23,7 +23,7 @@ from simagents import RecordingAgents
 
 from portal.celery import app
 from portal.core.outbox import Task
-from tests.e2e.test_queues_slow_task import SLEEP_TASK
+from tests.e2e.slow_task import SLEEP_TASK
 
 # Which queue each known task belongs to. Control steps (what a provider waits for) have a queue of their own.
 EXPECTED_QUEUE = {
@@ -96,7 +96,7 @@ def split_stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[s
             st.start_portal()
             st.start_worker("qu-control", beat=False, pool="prefork", concurrency=2, extra_args=("-Q", "control"))
             st.start_worker("qu-others", beat=False, pool="solo", concurrency=1,
-                            extra_args=("-Q", others, "-I", "tests.e2e.test_queues_slow_task"))
+                            extra_args=("-Q", others, "-I", "tests.e2e.slow_task"))
             st.start_beat()
             sims = RecordingAgents(st.portal_ws, {pk: token for pk, token in nodes.values()})
             sims.start()

@@ -25,7 +25,7 @@ import pytest
 import redis
 from simagents import RecordingAgents
 
-from tests.e2e.test_queues_slow_task import SLEEP_TASK
+from tests.e2e.slow_task import SLEEP_TASK
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -78,7 +78,7 @@ def stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, An
             baseline = connections_by_kind(database_url)
             st.start_portal()
             st.start_worker("sd-worker", beat=False, pool="prefork", concurrency=2,
-                            extra_args=("-I", "tests.e2e.test_queues_slow_task"))
+                            extra_args=("-I", "tests.e2e.slow_task"))
             st.start_beat()
             sims = RecordingAgents(st.portal_ws, {pk: token for pk, token in nodes.values()})
             sims.start()

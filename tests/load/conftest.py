@@ -463,6 +463,33 @@ def celery_keys() -> tuple[str, ...]:
             "_kombu.binding.celeryev")
 
 
+def postgres_backends_cpu_s(database: str | None = None) -> dict[int, float]:
+    """CPU seconds (user + system) each PostgreSQL backend connected to ``database`` (default: the load test's
+    own) has used so far, by pid: the server's processes serve everyone on the machine, these serve only the
+    deployment. Needs the server on this machine (Linux /proc); empty otherwise."""
+    import psycopg
+
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    with contextlib.suppress(psycopg.Error), psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True,
+                                                             connect_timeout=5) as db:
+        pids = [int(pid) for (pid,) in db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database or LOAD_DATABASE,)).fetchall()]
+        out = {}
+        for pid in pids:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[pid] = (int(fields[11]) + int(fields[12])) * tick_s
+        return out
+    return {}
+
+
+def cpu_used_s(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two :func:`postgres_backends_cpu_s` readings (a backend that started meanwhile
+    counts from zero; one that ended is not seen)."""
+    return sum(cpu_s - before.get(pid, 0.0) for pid, cpu_s in after.items())
+
+
 def _pg_admin(statement: str) -> None:
     import psycopg
 

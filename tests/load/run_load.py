@@ -39,9 +39,11 @@ from pathlib import Path
 from tests.load.conftest import (
     CREDENTIALS,
     Deployment,
+    cpu_used_s,
     loaddriver,
     own_postgres,
     own_redis,
+    postgres_backends_cpu_s,
     production_env,
 )
 
@@ -67,9 +69,11 @@ def run(clients: int, duration_s: float, submits: int, think_s: float, burst_at_
                 burst.append(loaddriver.run_submit_burst(deployment.base_urls, submits, tokens))
 
             cpu_before, wall_before = deployment.cpu_seconds(), time.monotonic()
+            pg_before, driver_before = postgres_backends_cpu_s(), time.process_time()
             burster = threading.Thread(target=fire_burst, name="burst", daemon=True)
             if submits:
                 burster.start()
+            reads_started = time.monotonic()
             reads = loaddriver.run_reads(deployment.base_urls, clients, duration_s, CREDENTIALS, think_s=think_s,
                                          seed=1, sessions=sessions)
             if submits:
@@ -77,17 +81,29 @@ def run(clients: int, duration_s: float, submits: int, think_s: float, burst_at_
             load_avg = os.getloadavg()[0]
             wall_s = time.monotonic() - wall_before
             cpu_used = {name: cpu_s - cpu_before.get(name, 0.0) for name, cpu_s in deployment.cpu_seconds().items()}
+            cpu_used["postgres"] = cpu_used_s(pg_before, postgres_backends_cpu_s())
+            cpu_used["driver (this process)"] = time.process_time() - driver_before
             deployment.check_alive()
         finally:
             deployment.stop_all()
     print(reads.report())
+    print(reads.by_window(reads_started))
     submitted = burst[0] if burst else loaddriver.ReadResult(what="submits")
     if submits:
         print(submitted.report())
+        print(f"  the submits went out {burst_at_s:g} s into the reads and the last was answered "
+              f"{burst_at_s + submitted.elapsed_s:.0f} s in")
     print(f"clients {clients}, think {think_s:g} s, {duration_s:g} s, {daphnes} daphne process(es); load average "
           f"at the end {load_avg:.1f}")
     print(f"CPU used in the {wall_s:.0f} s of load (cores): " + ", ".join(
         f"{name} {cpu_s / wall_s:.2f}" for name, cpu_s in sorted(cpu_used.items(), key=lambda kv: -kv[1])))
+    portal_s = sum(cpu_s for name, cpu_s in cpu_used.items() if name.startswith(("daphne", "uvicorn")))
+    answered = reads.requests + submitted.requests
+    if answered:
+        print(f"CPU per request, reads and submits (ms): portal {1000 * portal_s / answered:.1f}, postgres "
+              f"{1000 * cpu_used['postgres'] / answered:.1f}, driver "
+              f"{1000 * cpu_used['driver (this process)'] / answered:.1f}, everything measured "
+              f"{1000 * sum(cpu_used.values()) / answered:.1f}")
     errors = deployment.errors()
     if errors:
         print(errors)

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from portal.control.config import rn
 from portal.control.link import commands
+from portal.control.link import output as job_output
 from portal.control.link.protocol import (
     RESTORE_FAILED,
     CheckpointDone,
@@ -33,6 +34,7 @@ from portal.control.link.protocol import (
     Heartbeat,
     Hello,
     JobExited,
+    JobOutputReport,
     JobStarted,
     TransferReceived,
     TransferRejected,
@@ -50,6 +52,7 @@ from portal.control.models import (
     TransferPurpose,
     TransferState,
 )
+from portal.control.progress import record_progress
 from portal.control.reclaim import lifecycle
 from portal.control.reclaim.workflow import (
     close_placement,
@@ -60,10 +63,10 @@ from portal.control.reclaim.workflow import (
     open_placement,
     publish_after_commit,
     restore_failed,
+    run_died,
     runtime,
 )
-from portal.core import outbox
-from portal.core.bulk import update_columns
+from portal.core import events, outbox
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.jobs import JobState
@@ -166,12 +169,14 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
             node_lifecycle.come_online(node)
             publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "node.state",
                                  node_id=node.pk, state=node.state)
+            events.emit("node.returned", node=node)
         reported = {int(j["job_id"]) for j in msg["jobs"]}
         placed = set(Job.objects.filter(placements__node_id=node_id, placements__ended_at__isnull=True,
                                         state__in=[JobState.RUNNING, JobState.MIGRATING, JobState.QUEUED])
                      .values_list("pk", flat=True))
         for job_id in reported - placed:
             commands.send(node_id, "stop_job", job_id=job_id, reason="not placed here")
+        _runs_left(node_id, msg.get("ended_jobs"), reported)  # before the recovery measures from the progress
         lost = [j for j in placed - reported
                 if Job.objects.filter(pk=j, state=JobState.RUNNING).exists()]
         if lost:
@@ -179,6 +184,7 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
         if "checkpoints" in msg:
             held, well_formed = held_items(msg["checkpoints"])
             sync_holdings(node_id, held, complete=well_formed and not msg.get("checkpoints_truncated", False))
+            _copies_arrived(node_id, held)
     node.refresh_from_db()
     # The jobs still placed here and the timeout after which the portal gives them away: an agent that has not
     # been heard for a fraction of it pauses its jobs, and after a reconnect resumes only these (design §9.10).
@@ -186,6 +192,36 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
             "heartbeat_interval_s": settings.RECLAIMNET["HEARTBEAT_INTERVAL_S"],
             "heartbeat_timeout_s": rn("HEARTBEAT_TIMEOUT_S"), "jobs": sorted(placed),
             "killswitch": bool(node.killswitch_engaged or node.state == NodeState.RECLAIMED)}
+
+
+MAX_ENDED_JOBS = 64  # runs a hello reports as left by the agent's predecessor (the agent sends its newest 64)
+
+
+def _runs_left(node_id: int, items: Any, running: set[int]) -> int:
+    """A restarted agent's ``ended_jobs``: for each job its predecessor ran, the progress the job itself recorded
+    (step, unix time) before it died with that agent — evidence of the steps no heartbeat reported (design §9.9,
+    ``workflow.run_died``). Malformed items, jobs the agent runs and jobs never placed here are ignored.
+    Returns how many were taken as evidence."""
+    if not isinstance(items, list):
+        return 0
+    taken = 0
+    for item in items[:MAX_ENDED_JOBS]:
+        if not isinstance(item, dict):
+            continue
+        job_id, step, t = item.get("job_id"), item.get("step"), item.get("t")
+        if not (_bigint(job_id) and job_id > 0 and _bigint(step) and step >= 0 and job_id not in running
+                and isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t) and 0 < t < 2**33):
+            continue
+        job = Job.objects.filter(pk=job_id, placements__node_id=node_id).distinct().first()
+        if job is not None and run_died(job, node_id, step, dt.datetime.fromtimestamp(t, tz=dt.UTC)):
+            taken += 1
+    if taken:
+        log.info("node %s: the progress of %d run(s) its previous agent left recorded", node_id, taken)
+    return taken
+
+
+def _bigint(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) < value < 2**63
 
 
 def sync_holdings(node_id: int, held: list[dict[str, Any]], *, complete: bool) -> dict[str, int]:
@@ -295,7 +331,7 @@ def record_heartbeats(seen: list[HeartbeatSeen]) -> list[HeartbeatSeen]:
                                     job__migrations__work__phase=MigrationPhase.CHECKPOINTING))
                         .values_list("node_id", "job_id").order_by().distinct())
             mine = [key for key in mine if key in steps]
-            update_columns(Job, "pk", [j for _, j in mine], {"progress_step": [steps[key] for key in mine]})
+            record_progress({j: (steps[(n, j)], newest[n].received_at) for n, j in mine})  # and work done
         _sample_egress([h for h in beats if rows[h.node_id][3]], {pk: r[3] for pk, r in rows.items()})
         # The node rows last: their locks are held only until the commit right after (a reclaim locks a node row).
         # One time for the batch: the earliest receipt in it (at most FLUSH_S before the others).
@@ -344,7 +380,8 @@ def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:
             framework=str(compat.get("framework", ""))[:64],
             framework_version=str(compat.get("framework_version", ""))[:32],
         )
-    Job.objects.filter(pk=job.pk).update(progress_step=msg["step"])
+    # Raised only: a heartbeat may already have reported a later step of the same run (design §9.9).
+    Job.objects.filter(pk=job.pk, progress_step__lt=msg["step"]).update(progress_step=msg["step"])
     publish_after_commit(job_groups(job), "checkpoint", job_id=job.pk, sequence=existing.sequence,
                          step=existing.step, final=msg["final"])
     ckpt_id = existing.pk
@@ -378,9 +415,32 @@ def transfer_received(node_id: int, msg: TransferReceived) -> None:
     ckpt = transfer.checkpoint
     if msg["sha256"] != ckpt.sha256 or msg["size_bytes"] != ckpt.size_bytes:
         raise RefusedError("received checkpoint does not match the recorded sha256/size")
+    _copy_arrived(node_id, transfer)
+
+
+def _copies_arrived(node_id: int, held: list[dict[str, Any]]) -> int:
+    """Copies to this node still open whose checkpoint its agent lists with the recorded sha256 (a hello): they
+    arrived, and the ``transfer_received`` died with the agent that received them (SIGKILLed before it was
+    answered, design §9.9). Each is concluded as that report would have; returns how many."""
+    listed = {(int(h["job_id"]), int(h["sequence"])): str(h["sha256"]) for h in held}
+    arrived = 0
+    for transfer in Transfer.objects.filter(destination_id=node_id, state=TransferState.ISSUED).select_related(
+            "checkpoint"):
+        if listed.get((transfer.job_id, transfer.checkpoint.sequence)) == transfer.checkpoint.sha256:
+            arrived += _copy_arrived(node_id, transfer)
+    return arrived
+
+
+def _copy_arrived(node_id: int, transfer: Transfer) -> bool:
+    """The copy reached ``node_id`` intact: a replica there; a pre-sync moves the job's replica, a migration
+    may start. False if the transfer was concluded already."""
+    ckpt = transfer.checkpoint
     if not lifecycle.finish_transfer(transfer.pk, TransferState.RECEIVED):
-        return
+        return False
     ckpt.replica_nodes.add(node_id)
+    # The job page's timeline says where each checkpoint is copied: let it show this copy now.
+    publish_after_commit([f"job-{transfer.job_id}"], "checkpoint", job_id=transfer.job_id,
+                         sequence=ckpt.sequence, copied_to=node_id)
     if transfer.purpose == TransferPurpose.PRESYNC:
         rt = runtime(transfer.job)
         rt.replica_node_id = node_id
@@ -392,6 +452,7 @@ def transfer_received(node_id: int, msg: TransferReceived) -> None:
     if transfer.migration_id is not None:
         mig_id = transfer.migration_id
         outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)
+    return True
 
 
 def transfer_sent(node_id: int, msg: TransferSent) -> None:
@@ -420,7 +481,8 @@ def job_started(node_id: int, msg: JobStarted) -> None:
 
     job = _job_on_node(node_id, msg["job_id"])
     job = Job.objects.select_for_update().get(pk=job.pk)
-    if job.state in (JobState.QUEUED, JobState.MIGRATING):
+    new_run = job.state in (JobState.QUEUED, JobState.MIGRATING)
+    if new_run:
         job_lifecycle.start(job)
     restored = msg.get("restored_sequence")
     restored = restored if isinstance(restored, int) and not isinstance(restored, bool) else None
@@ -431,6 +493,8 @@ def job_started(node_id: int, msg: JobStarted) -> None:
     work = finish_started(job, node_id, restored, reported="restored_step" in msg, restored_step=step)
     if "restored_step" in msg:  # the new run's progress starts where it resumed (0: from the beginning)
         Job.objects.filter(pk=job.pk).update(progress_step=step or 0)
+    if new_run:  # the output gets a marker line: which run, where, resumed from which step (design §9.11)
+        job_output.begin_run(job.pk, node_id, restored_sequence=restored, restored_step=step)
     publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state, node_id=node_id)
     if work is not None:
         outbox.enqueue(Task.RELEASE_RECLAIMS)
@@ -452,7 +516,7 @@ def job_exited(node_id: int, msg: JobExited) -> None:
         if not job.placements.filter(node_id=node_id).exists():
             raise RefusedError(f"job {job.pk} was never placed on this node")
         if msg["reason"] != RESTORE_FAILED:
-            old_run_ended(job, node_id, int(msg["step"]))
+            old_run_ended(job, node_id, int(msg["step"]), _step_at(msg))
         return
     job = Job.objects.select_for_update().get(pk=job.pk)
     if msg["reason"] == RESTORE_FAILED:
@@ -466,15 +530,19 @@ def job_exited(node_id: int, msg: JobExited) -> None:
     rt = runtime(job)
     rt.returncode = msg["returncode"]
     rt.last_step = msg["step"]
+    rt.last_report_at = _step_at(msg) or timezone.now()  # the run's final step and when it got there (§9.9)
     rt.result_sha256 = str(msg["result"].get("weights_sha256", ""))[:64]
-    rt.save(update_fields=["returncode", "last_step", "result_sha256"])
+    rt.save(update_fields=["returncode", "last_step", "last_report_at", "result_sha256"])
     if job.state == JobState.RUNNING and msg["returncode"] == 0:
         close_placement(job, "completed")
         Job.objects.filter(pk=job.pk).update(progress_step=msg["step"])
         job_lifecycle.complete(job)
+        events.emit("job.finished", job=job)
     elif job.state == JobState.RUNNING and not _stopped_by_us(node_id):
         close_placement(job, "failed")
-        job_lifecycle.fail(job, f"exit code {msg['returncode']}: {msg['reason']}")
+        job_lifecycle.fail(job, job_output.failure_with_output(
+            job.pk, f"exit code {msg['returncode']}: {msg['reason']}", msg.get("output_tail")))
+        events.emit("job.failed", job=job, node=node_id, returncode=msg["returncode"])
     elif job.state == JobState.QUEUED:
         close_placement(job, "start failed")
     else:
@@ -482,9 +550,24 @@ def job_exited(node_id: int, msg: JobExited) -> None:
     publish_after_commit(job_groups(job, (node_id,)), "job.state", job_id=job.pk, state=job.state)
 
 
+def _step_at(msg: JobExited) -> dt.datetime | None:
+    """When the run reached its final step, as its progress record says (``step_at``, unix time), if plausible."""
+    t = msg.get("step_at")
+    if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t) or not 0 < t < 2**33:
+        return None
+    return dt.datetime.fromtimestamp(t, tz=dt.UTC)
+
+
 def _stopped_by_us(node_id: int) -> bool:
     node = Node.objects.get(pk=node_id)
     return node.state in (NodeState.DRAINING, NodeState.RECLAIMED) or node.killswitch_engaged
+
+
+def job_output_report(node_id: int, msg: JobOutputReport) -> None:
+    """New output of a job this node runs or ran: appended to the job's capped tail (design §9.11)."""
+    refused = job_output.append_report(node_id, dict(msg))
+    if refused is not None:
+        raise RefusedError(refused)
 
 
 HANDLERS: dict[str, Callable[[int, Any], None]] = {
@@ -496,6 +579,7 @@ HANDLERS: dict[str, Callable[[int, Any], None]] = {
     "job_started": job_started,
     "job_exited": job_exited,
     "checkpoints_dropped": checkpoints_dropped,
+    "job_output": job_output_report,
     "ack": ack,
 }
 

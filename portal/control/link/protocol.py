@@ -25,10 +25,12 @@ class ProtocolError(ValueError):
 
 # --- agent → portal -----------------------------------------------------------------------------------------
 RELIABLE = frozenset({"checkpoint_done", "job_started", "job_exited", "transfer_received", "transfer_sent",
-                      "transfer_rejected", "killswitch_engaged", "checkpoints_dropped"})
+                      "transfer_rejected", "killswitch_engaged", "checkpoints_dropped", "job_output"})
 MSG_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_HELD_CHECKPOINTS = 512  # checkpoints a hello lists; an agent holding more says ``checkpoints_truncated``
 RESTORE_FAILED = "restore checkpoint missing or corrupt"  # job_exited.reason of a start that could not restore
+MAX_OUTPUT_TEXT_CHARS = 16 * 1024  # job_output.text; the agent ships at most 16 KiB of UTF-8 a report (§9.11)
+MAX_OUTPUT_TAIL_CHARS = 4096  # job_exited.output_tail read by the portal (a longer one is cut, never refused)
 
 
 class HeldCheckpoint(TypedDict):
@@ -53,6 +55,7 @@ class Hello(TypedDict):
     edge_backend: NotRequired[str]
     checkpoints: NotRequired[list[HeldCheckpoint]]  # what it holds now (its own and replicas), sequence + sha256
     checkpoints_truncated: NotRequired[bool]  # more than MAX_HELD_CHECKPOINTS: the list is not the whole truth
+    ended_jobs: NotRequired[list[dict[str, Any]]]  # a restarted agent: {job_id, step, t} its predecessor's jobs got to
 
 
 class Heartbeat(TypedDict):
@@ -129,6 +132,19 @@ class JobExited(TypedDict):
     step: int
     result: dict[str, Any]
     reason: str
+    output_tail: NotRequired[str]  # the end of what the job printed: a failed job's status quotes its last lines
+    step_at: NotRequired[float]  # unix time the job reached ``step`` (its progress record): its step time, §9.9
+
+
+class JobOutputReport(TypedDict):
+    """New output of a running job (stdout+stderr), batched by the agent (design §9.11)."""
+
+    type: Literal["job_output"]
+    msg_id: NotRequired[str]
+    job_id: int
+    text: str  # at most MAX_OUTPUT_TEXT_CHARS; cleaned again by the portal
+    skipped_bytes: NotRequired[int]  # output dropped before ``text`` (written faster than it is shipped)
+    final: NotRequired[bool]  # the last report of this run (the process ended)
 
 
 class Ack(TypedDict):
@@ -205,6 +221,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "ack": {"cmd_id": str, "t": _NUM},
     "killswitch_engaged": {"reason": str, "t": _NUM},
     "checkpoints_dropped": {"job_id": int, "sequences": list, "reason": str},
+    "job_output": {"job_id": int, "text": str},
 }
 MAX_LIST_ITEMS = 256
 MAX_INT = 2**63 - 1  # PostgreSQL bigint: a larger number would fail in the handler, not be refused here
@@ -240,6 +257,19 @@ def held_items(items: list[Any]) -> tuple[list[HeldCheckpoint], bool]:
                 and isinstance(sha, str) and HEX64.match(sha)):
             good.append({"job_id": job_id, "sequence": seq, "sha256": sha})
     return good, len(good) == len(items)
+
+
+def _check_output(msg: dict[str, Any]) -> None:
+    """A job_output report is bounded: its text, its job id, its count of skipped bytes (design §9.11)."""
+    if len(msg["text"]) > MAX_OUTPUT_TEXT_CHARS:
+        raise ProtocolError(f"job_output.text: more than {MAX_OUTPUT_TEXT_CHARS} characters")
+    if not 0 < msg["job_id"] <= MAX_INT:
+        raise ProtocolError("job_output.job_id: out of range")
+    skipped = msg.get("skipped_bytes", 0)
+    if not isinstance(skipped, int) or isinstance(skipped, bool) or not 0 <= skipped <= MAX_INT:
+        raise ProtocolError("job_output.skipped_bytes: a non-negative integer")
+    if not isinstance(msg.get("final", False), bool):
+        raise ProtocolError("job_output.final: a boolean")
 
 
 def decode(text: str | None, bytes_data: bytes | None) -> dict[str, Any]:
@@ -285,6 +315,8 @@ def validate(msg: dict[str, Any]) -> str:
         raise ProtocolError("checkpoints_dropped.sequences: positive integers")
     if kind == "hello" and "checkpoints" in msg:
         _check_held(msg["checkpoints"])
+    if kind == "job_output":
+        _check_output(msg)
     if "sha256" in SCHEMAS[kind] and not HEX64.match(msg["sha256"]):
         raise ProtocolError(f"{kind}.sha256: not 64 lowercase hex digits")
     if kind in ("checkpoint_done", "transfer_received") and msg["size_bytes"] <= 0:

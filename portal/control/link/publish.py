@@ -3,7 +3,9 @@ thread): agent commands (:mod:`portal.control.link.commands`) and live events.
 
 Groups: ``agent-<id>`` (commands), ``node-<id>``, ``job-<id>``, ``provider-<id>``, ``group-<id>`` (research
 group), ``dashboard``. A live event's payload: ``{"type": "live.event", "event": "<job.state|node.state|reclaim|
-migration|checkpoint>", ...ids}``.
+migration|checkpoint>", ...ids}``: internal, it tells pages what to re-fetch. The events people read (placed,
+moved, lost work, …; ``portal.core.events``) travel as ``{"type": "person.event", "notice": {...}}`` to their
+audience's groups only (``group-<id>``, ``provider-<id>``, ``dashboard``), see :func:`publish_notice`.
 
 With Redis, sends run on one event loop per process, kept in a thread of its own (design §9.10): its
 connection pool is reused. ``async_to_sync`` per call built a new loop and a new Redis connection for each send
@@ -65,3 +67,13 @@ def publish(groups: Iterable[str], event: str, **fields: Any) -> None:
         group_send_many([(group, message) for group in groups])
     except Exception:  # a live update is best-effort; the database is the source of truth
         log.warning("live event %s not published", event, exc_info=True)
+
+
+def publish_notice(groups: Iterable[str], notice: dict[str, Any]) -> None:
+    """Send one person event (``portal.core.events.Notice.payload``) to its audience's groups; never raises.
+    The browsers' consumer passes it on once per socket, to members of those groups only."""
+    message = {"type": "person.event", "notice": notice}
+    try:
+        group_send_many([(group, message) for group in groups])
+    except Exception:  # best-effort like every live update; the change itself is committed
+        log.warning("notice %s not published", notice.get("name"), exc_info=True)

@@ -47,6 +47,7 @@ from portal.control.reclaim.workflow import (
 )
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.core import campus as campus_model
+from portal.core import events
 from portal.core.bulk import update_columns
 from portal.core.campus import (
     Campus,
@@ -174,7 +175,8 @@ def p1_tick(now: dt.datetime | None = None) -> int:
         ckpt_bytes=np.array([float(r[6] if r[6] is not None else r[7]) for r in rows]),
         loss_budget_s=np.array([r[3] or np.inf for r in rows]), restart_s=np.array([r[2] for r in rows]),
     )
-    plan = plan_checkpoints(p1_jobs, budget, rn("BETA"), group=group)
+    plan = plan_checkpoints(p1_jobs, budget, rn("BETA"), group=group,
+                            min_interval_s=rn("MIN_CHECKPOINT_INTERVAL_S"))
     sent = np.array([r[4] if r[4] else np.nan for r in rows])
     with np.errstate(invalid="ignore"):
         changed = ~(np.abs(plan.interval_s - sent) <= INTERVAL_CHANGE * sent)
@@ -196,6 +198,7 @@ def p1_tick(now: dt.datetime | None = None) -> int:
             node_jobs = members[g]
             logs.append(DecisionLog(kind="p1", job_id=job_ids[k], request={
                 "budget_bytes_per_s": float(budget[g]), "beta": rn("BETA"), "node": int(nodes[g]),
+                "min_interval_s": rn("MIN_CHECKPOINT_INTERVAL_S"),
                 "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard_of_node[g]),
                           "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]), "loss_budget_s": rows[i][3],
                           "restart_s": rows[i][2]} for i in node_jobs]},
@@ -277,9 +280,13 @@ def place_on(job: Job, campus: Campus) -> str:
     order = sorted(np.flatnonzero(feasible), key=lambda i: (-surv[i], campus.node_pks[i]))
     dest = campus.node_pks[int(order[0])]
     log_decision("p2", {"placement": job.pk, "gpus": job.gpu_count, "vram_gb": job.vram_gb_per_gpu,
+                        "remaining_s": max(1.0, job.expected_runtime_s),
                         "feasible": [campus.node_pks[int(i)] for i in np.flatnonzero(feasible)]},
-                 {"destination": dest, "survival": float(surv[int(order[0])])}, job=job)
+                 {"destination": dest, "survival": float(surv[int(order[0])]),
+                  "runners_up": [{"id": campus.node_pks[int(i)], "survival": float(surv[int(i)])} for i in order[1:4]]},
+                 job=job)
     start_on(job, dest, campus.take_gpus(dest, job.gpu_count), None, "placed")
+    events.emit("job.placed", job=job, node=dest)
     return f"placed on {dest}"
 
 

@@ -13,6 +13,7 @@ import logging
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import ngettext
 
 from portal.control.link import commands, protocol
 from portal.control.models import (
@@ -31,7 +32,7 @@ from portal.control.reclaim.workflow import (
     recover_from_replica,
 )
 from portal.control.state import load_campus
-from portal.core import outbox
+from portal.core import events, outbox
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.lifecycle.jobs import JobState
@@ -105,7 +106,12 @@ def _emergency(reclaim: ReclaimEvent) -> str:
         recover_from_replica(job, node.pk, reclaim, reclaim.kind, work=work, campus=campus)
     _fail_transfers_of(node.pk)
     outcome = ReclaimOutcome.DEGRADED if jobs else ReclaimOutcome.COMPLETED
-    _set_outcome(reclaim, outcome, f"{len(jobs)} job(s) resumed from pre-synced checkpoints", finished=True)
+    _set_outcome(reclaim, outcome, ngettext("%(n)d job resumed from its pre-synced checkpoint",
+                                            "%(n)d jobs resumed from their pre-synced checkpoints",
+                                            len(jobs)) % {"n": len(jobs)} if jobs else "no job was running",
+                 finished=True)
+    events.emit("reclaim.done", reclaim=reclaim)
+    events.emit("reclaim.forced", reclaim=reclaim)
     return outcome
 
 
@@ -201,6 +207,7 @@ def _apply_plan(reclaim: ReclaimEvent, plan: ReclaimPlan) -> None:
         publish_after_commit(job_groups(job, (node.pk, jp.destination_pk)), "migration", job_id=job.pk,
                              mode="planned", migration_id=mig.pk, destination=jp.destination_pk,
                              rate_bytes_per_s=jp.rate_bytes_per_s)
+        events.emit("job.warned", job=job, reclaim=reclaim, destination=jp.destination_pk)
 
 
 def _apply_replanned_rates(changes: tuple[tuple[int, float | None, float], ...], decision_id: object) -> None:
@@ -244,6 +251,7 @@ def release(reclaim_id: int) -> bool:
     degraded = Migration.objects.filter(reclaim=reclaim, mode=MigrationMode.DEGRADED).exists()
     outcome = ReclaimOutcome.DEGRADED if degraded else ReclaimOutcome.COMPLETED
     _set_outcome(reclaim, outcome, "node drained", finished=True)
+    events.emit("reclaim.done", reclaim=reclaim)
     publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "node.state",
                          node_id=node.pk, state=node.state, reclaim_id=reclaim.pk, outcome=outcome)
     return True
@@ -275,8 +283,12 @@ def enforce_deadline(reclaim_id: int) -> str:
             recover_from_replica(job, node.pk, reclaim, "deadline", campus=campus)
         if node.state == NodeState.DRAINING:
             node_lifecycle.reclaim(node)
-        _set_outcome(reclaim, ReclaimOutcome.FORCED, f"{len(late)} job(s) not checkpointed by the deadline",
+        _set_outcome(reclaim, ReclaimOutcome.FORCED, ngettext("%(n)d job not checkpointed by the deadline",
+                                                              "%(n)d jobs not checkpointed by the deadline",
+                                                              len(late)) % {"n": len(late)},
                      finished=True)
+        events.emit("reclaim.done", reclaim=reclaim)
+        events.emit("reclaim.forced", reclaim=reclaim)
         return "forced"
 
 
@@ -294,6 +306,8 @@ def node_lost(node_id: int) -> int | None:
         else:
             return None
         _fail_transfers_of(node.pk)
+        events.emit("node.offline", node=node)
+        events.emit("node.lost", node=node)
         if not _jobs_on(node.pk) and not MigrationWork.objects.filter(
             migration__source=node, phase=MigrationPhase.CHECKPOINTING
         ).exists():

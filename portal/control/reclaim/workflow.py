@@ -37,6 +37,7 @@ from portal.control.models import (
 from portal.control.reclaim import lifecycle as migration_lifecycle
 from portal.control.reclaim.plan import Recovery, plan_recovery
 from portal.control.state import load_campus
+from portal.core import events
 from portal.core.campus import Campus
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle.jobs import TERMINAL, JobState
@@ -215,6 +216,7 @@ def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None,
         mig.assigned_rate_bytes_per_s = None
     publish_after_commit(job_groups(job, (source_pk,)), "migration", job_id=job.pk, migration_id=mig.pk,
                          mode="degraded", reason=reason)
+    events.emit("job.lost_work", job=job, migration=mig, reason=reason, from_scratch=ckpt is None)
     if ckpt is None or recovery.holder_pk is None:
         to_waiting(work, "no checkpoint copied off the node: restarting from the beginning")
         return work
@@ -235,20 +237,44 @@ def old_run(job: Job, node_pk: int) -> Placement | None:
             .order_by("-started_at", "-pk").first())
 
 
-def seconds_per_step(job: Job, run: Placement | None, last_step: int) -> float | None:
-    """How long one step of ``job`` took in ``run`` (design §9.9 work lost), from the best evidence:
+PAUSED_FACTOR = 2.0  # a stretch of a run this many times slower than its typical step held a pause (§9.10)
 
-    1. the slope of the run's own checkpoints (taken_at against step), when it wrote two;
-    2. else the median over consecutive checkpoints written by one run of the job (never a pair spanning a
+
+def seconds_per_step(job: Job, run: Placement | None, last_step: int,
+                     progress: tuple[int, dt.datetime] | None = None, resumed_step: int | None = None) -> float | None:
+    """How long one step of ``job`` took in ``run`` (design §9.9 work lost), from the best evidence, on the run's
+    own clock:
+
+    1. when ``progress`` (a step the run reached and when: its final report, or what its restarted agent found)
+       follows one of the run's checkpoints, the pace from that checkpoint to it — from the one at
+       ``resumed_step`` when the run wrote it, which makes it the time the redone steps really took (the run
+       may have slowed while no report reached the portal) — unless that is more than PAUSED_FACTOR times the
+       typical step below: then the stretch held a pause (an agent that cannot hear the portal stops its jobs,
+       §9.10), and time the job did not run is not work;
+    2. else the median over consecutive pairs of the run's checkpoints (taken_at against step), when it wrote
+       two: a pause inflates only the pair it falls in, and the median ignores it;
+    3. else the median over consecutive checkpoints written by one run of the job (never a pair spanning a
        move: its time includes the downtime);
-    3. else the run's duration over the steps it made, from the checkpoint it resumed (step 0 if none).
-    None when nothing tells."""
+    4. else the run's duration over the steps it made, from the checkpoint it resumed (step 0 if none), up to
+       ``progress`` when known — never to the end of its placement, which outlives a run that died with its
+       agent by the time the portal took to notice.
+    None when nothing tells. ``progress`` outside the run is ignored."""
     points = list(Checkpoint.objects.filter(job=job).order_by("sequence").values_list("step", "taken_at"))
     if run is not None:
         ended = run.ended_at or timezone.now()
         mine = sorted((t, s) for s, t in points if run.started_at <= t <= ended)
-        if len(mine) >= 2 and mine[-1][1] > mine[0][1]:
-            return (mine[-1][0] - mine[0][0]).total_seconds() / (mine[-1][1] - mine[0][1])
+        own = [(b[0] - a[0]).total_seconds() / (b[1] - a[1]) for a, b in itertools.pairwise(mine) if b[1] > a[1]]
+        typical = statistics.median(own) if own else None
+        if progress is not None and not run.started_at <= progress[1] <= ended:
+            progress = None
+        anchors = [(t, s) for t, s in mine if progress is not None and s < progress[0] and t < progress[1]]
+        anchor = ([a for a in anchors if a[1] == resumed_step] or anchors or [None])[-1]
+        if progress is not None and anchor is not None:
+            pace = (progress[1] - anchor[0]).total_seconds() / (progress[0] - anchor[1])
+            if typical is None or pace <= PAUSED_FACTOR * typical:
+                return pace
+        if typical is not None:
+            return typical
     now = timezone.now()
     ratios = []
     for started, ended in Placement.objects.filter(job=job).values_list("started_at", "ended_at"):
@@ -261,15 +287,29 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int) -> float |
         return None
     before = [s for s, t in points if t <= run.started_at]
     first_step = max(before) if before else 0
-    if last_step <= first_step:
+    end_step, end_at = progress if progress is not None else (last_step, run.ended_at or timezone.now())
+    if end_step <= first_step:
         return None
-    return ((run.ended_at or timezone.now()) - run.started_at).total_seconds() / (last_step - first_step)
+    return (end_at - run.started_at).total_seconds() / (end_step - first_step)
 
 
-def measured_work_lost_s(job: Job, source_pk: int, resumed_step: int, last_step: int) -> float | None:
+def run_progress(job: Job, run: Placement | None) -> tuple[int, dt.datetime] | None:
+    """The newest step ``run`` is known to have reached with its time (``JobRuntime.last_step`` at
+    ``last_report_at``: a final report, or what its restarted agent found), when that report is of this run."""
+    if run is None:
+        return None
+    row = JobRuntime.objects.filter(job=job).values_list("last_step", "last_report_at").first()
+    if row is None or row[1] is None or not run.started_at <= row[1] <= (run.ended_at or timezone.now()):
+        return None
+    return int(row[0]), row[1]
+
+
+def measured_work_lost_s(job: Job, source_pk: int, resumed_step: int, last_step: int,
+                         progress: tuple[int, dt.datetime] | None = None) -> float | None:
     """Work lost as progress thrown away (design §9.9): (the last step the run on ``source_pk`` executed − the
     step the job resumed from) × that run's seconds per step. ``last_step`` is the portal's best evidence (the
-    run's final report, else its last progress report), raised to the newest checkpoint the run wrote. None when
+    run's final report, else its last progress report), raised to the newest checkpoint the run wrote.
+    ``progress``: a step the run reached and when (default: the job's runtime record, if of this run). None when
     the step time is unknown."""
     run = old_run(job, source_pk)
     if run is not None:
@@ -277,28 +317,58 @@ def measured_work_lost_s(job: Job, source_pk: int, resumed_step: int, last_step:
         written = Checkpoint.objects.filter(job=job, taken_at__gte=run.started_at, taken_at__lte=ended).aggregate(
             m=Max("step"))["m"]
         last_step = max(last_step, int(written or 0))
+        progress = progress or run_progress(job, run)
     steps = max(0, last_step - resumed_step)
     if steps == 0:
         return 0.0
-    per_step_s = seconds_per_step(job, run, last_step)
+    per_step_s = seconds_per_step(job, run, last_step, progress, resumed_step)
     return None if per_step_s is None else steps * per_step_s
 
 
-def old_run_ended(job: Job, node_pk: int, last_step: int) -> None:
+def run_died(job: Job, node_pk: int, last_step: int, last_at: dt.datetime) -> bool:
+    """The run of ``job`` on ``node_pk`` died with its agent: its restarted agent found that it had got to
+    ``last_step`` at ``last_at`` (the job's own progress record, design §9.9). A SIGKILLed agent never reports
+    the steps its jobs made after the last heartbeat the portal recorded (a heartbeat interval; a whole outage
+    when the portal could not be reached); this is the evidence of them. For a run still placed there the step
+    raises the job's progress and is kept with its time (the restart elsewhere measures from both); for a run
+    the job has left it corrects the migration off that node like a late ``job_exited``. A record older than
+    the run (a file an earlier run on the node left), or a run the portal does not know started (as for a
+    heartbeat's progress), is not evidence of it: False, nothing changed."""
+    placement = open_placement(job)
+    if placement is not None and placement.node_id == node_pk:
+        started = job.state == JobState.RUNNING or (job.state == JobState.MIGRATING and MigrationWork.objects.filter(
+            migration__job=job, phase=MigrationPhase.CHECKPOINTING).exists())
+        if not started or last_at < placement.started_at:
+            return False
+        Job.objects.filter(pk=job.pk, progress_step__lt=last_step).update(progress_step=last_step)
+        JobRuntime.objects.update_or_create(job=job, defaults={"last_step": last_step, "last_report_at": last_at})
+        return True
+    run = old_run(job, node_pk)
+    if run is None or last_at < run.started_at:
+        return False
+    old_run_ended(job, node_pk, last_step, last_at)
+    return True
+
+
+def old_run_ended(job: Job, node_pk: int, last_step: int, last_at: dt.datetime | None = None) -> None:
     """The run of ``job`` on ``node_pk`` reported its final step after the job left that node (a ``job_exited``
     that arrives late, e.g. once a cut healed): the best evidence of how far it got (design §9.9). The
     migration off that node is corrected: once finished, its work lost is raised to what this step shows; before
-    that, the step is kept as the job's progress, which the start on the destination measures from."""
+    that, the step is kept as the job's progress, which the start on the destination measures from.
+    ``last_at``: when the run was at that step, if known (kept with it, for the run's seconds per step)."""
     mig = (Migration.objects.select_related("checkpoint").filter(job=job, source_id=node_pk)
            .order_by("-started_at", "-pk").first())
     if mig is None:
         return
+    progress = (last_step, last_at) if last_at is not None else None
     if mig.finished_at is None:
         Job.objects.filter(pk=job.pk, progress_step__lt=last_step).exclude(state=JobState.RUNNING).update(
             progress_step=last_step)
+        if last_at is not None:
+            JobRuntime.objects.update_or_create(job=job, defaults={"last_step": last_step, "last_report_at": last_at})
         return
     resumed = mig.checkpoint.step if mig.checkpoint is not None else 0
-    lost_s = measured_work_lost_s(job, node_pk, resumed, last_step)
+    lost_s = measured_work_lost_s(job, node_pk, resumed, last_step, progress)
     if lost_s is not None and lost_s > mig.work_lost_s:
         Migration.objects.filter(pk=mig.pk).update(work_lost_s=lost_s)
 
@@ -404,4 +474,5 @@ def finish_started(job: Job, node_pk: int, restored_sequence: int | None = None,
                                                           destination_id=node_pk, **lost)
     publish_after_commit(job_groups(job, (work.migration.source_id, node_pk)), "migration", job_id=job.pk,
                          migration_id=work.migration_id, state="done", destination=node_pk, downtime_s=downtime)
+    events.emit("job.moved", job=job, migration=work.migration_id)
     return work

@@ -28,6 +28,7 @@ from portal.core.models import (
     ResearchGroup,
     Switch,
 )
+from portal.core.services import explain
 from portal.core.services._validate import NAME_RE
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
 from portal.core.services.jobs import MAX_CKPT_BYTES, MAX_GPUS_PER_JOB, MAX_RUNTIME_S
@@ -38,6 +39,7 @@ from portal.core.services.nodes import (
     MAX_LINK_BYTES_PER_S,
 )
 from portal.core.services.reclaims import MAX_NOTICE_S
+from scheduler.explain import REASONS as EXPLAIN_REASONS
 
 MAX_ID = 2**63 - 1  # a bigint: larger ids cannot exist, and the database refuses to compare with them
 
@@ -338,6 +340,12 @@ class JobSerializer(serializers.ModelSerializer):
             "loss_budget_at_risk", "node",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "progress_step": {"help_text": "The step the job's current run has reached, as its agent reports it."},
+            "work_done_s": {"help_text": (
+                "Seconds of work the job's progress stands for: progress_step × its measured seconds per step, "
+                "updated with every heartbeat while it runs; work lost in a migration is not counted.")},
+        }
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_node(self, job: Job) -> str | None:
@@ -345,6 +353,36 @@ class JobSerializer(serializers.ModelSerializer):
             if placement.ended_at is None:
                 return placement.node.name
         return None
+
+
+class WaitingReasonCountSerializer(serializers.Serializer):
+    reason = serializers.ChoiceField(choices=list(EXPLAIN_REASONS), help_text=(
+        "Why these nodes do not take the job now: vram, capability, compatibility (cannot restore its checkpoint), "
+        "too_small (fewer lendable GPUs than asked), reclaiming, not_lent, offline, busy (other jobs hold the GPUs)."))
+    nodes = serializers.IntegerField(help_text="How many nodes.")
+
+
+class WaitingReasonSerializer(serializers.Serializer):
+    text = serializers.CharField(help_text="One or two sentences in plain words (design §3).")
+    reasons = WaitingReasonCountSerializer(many=True)
+    next_window_at = serializers.DateTimeField(allow_null=True, help_text=(
+        "When the soonest lending window of a node that would fit opens; null when none is due."))
+
+
+class JobDetailSerializer(JobSerializer):
+    """A job as its detail answers it: with why it waits, computed on read from the campus read model."""
+
+    waiting_reason = serializers.SerializerMethodField(
+        help_text="Why a queued job waits; null when it is not queued.")
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "waiting_reason"]
+        read_only_fields = fields
+
+    @extend_schema_field(WaitingReasonSerializer(allow_null=True))
+    def get_waiting_reason(self, job: Job) -> dict[str, Any] | None:
+        reason = explain.waiting_reason(job)
+        return None if reason is None else WaitingReasonSerializer(reason).data
 
 
 class JobSubmitSerializer(serializers.Serializer):

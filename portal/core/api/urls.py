@@ -23,6 +23,7 @@ from portal.core.api.views_campus import (
 )
 from portal.core.api.views_jobs import JobViewSet
 from portal.core.api.views_nodes import NodeViewSet
+from portal.core.api.views_output import JobOutputView
 
 router = DefaultRouter()
 router.register("nodes", NodeViewSet, basename="node")
@@ -51,6 +52,7 @@ urlpatterns = [
          name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema", permission_classes=[AllowAny]),
          name="api-redoc"),
+    path("jobs/<int:id>/output/", JobOutputView.as_view(), name="api-job-output"),
     path("", include(router.urls)),
     # Last: any other path ending in "/" (an id the router's pattern refuses, an unknown route) answers JSON.
     re_path(r"^.*/$", ApiNotFoundView.as_view(), name="api-not-found"),

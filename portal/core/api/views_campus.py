@@ -17,7 +17,8 @@ from rest_framework.views import APIView
 
 from portal.core import permissions
 from portal.core.api import serializers as s
-from portal.core.api.mixins import ServiceErrorsMixin
+from portal.core.api.mixins import RowListMixin, ServiceErrorsMixin
+from portal.core.api.rows import BUILDING_PLAN, GROUP_PLAN, PROVIDER_PLAN, SWITCH_PLAN
 from portal.core.campus import topology as campus_topology
 from portal.core.models import Building, Link, Provider, ReclaimEvent, ResearchGroup, Switch
 from portal.core.services.summary import utilization_summary
@@ -68,7 +69,7 @@ class ResearchGroupViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 @extend_schema_view(list=extend_schema(parameters=[s.ReclaimListQuerySerializer]))
-class ReclaimViewSet(viewsets.ReadOnlyModelViewSet):
+class ReclaimViewSet(RowListMixin, viewsets.ReadOnlyModelViewSet):
     """Reclaims of the caller's lab's nodes and of nodes their group's jobs were moved off (admins: all)."""
 
     serializer_class = s.ReclaimEventSerializer
@@ -94,8 +95,8 @@ class TopologyView(APIView):
         body = campus_topology()
         return Response(
             {
-                "buildings": s.BuildingSerializer(Building.objects.order_by("name"), many=True).data,
-                "switches": s.SwitchSerializer(Switch.objects.order_by("name"), many=True).data,
+                "buildings": [BUILDING_PLAN.row(v) for v in BUILDING_PLAN.values(Building.objects.order_by("name"))],
+                "switches": [SWITCH_PLAN.row(v) for v in SWITCH_PLAN.values(Switch.objects.order_by("name"))],
                 **body,
             }
         )
@@ -115,14 +116,20 @@ class MeView(APIView):
     @extend_schema(responses=s.MeSerializer)
     def get(self, request: Request) -> Response:
         user = request.user
+        providers = [PROVIDER_PLAN.row(v) for v in PROVIDER_PLAN.values(Provider.objects.filter(members=user))]
+        groups = [GROUP_PLAN.row(v) for v in GROUP_PLAN.values(ResearchGroup.objects.filter(members=user))]
+        # permissions.roles(user), from the memberships just read instead of two more queries: a member of a
+        # lab is a provider, of a group a researcher (design §1).
+        roles = (["admin"] if permissions.is_admin(user) else []) + (["provider"] if providers else []) + (
+            ["researcher"] if groups else [])
         return Response(
             {
                 "id": user.pk,
                 "username": user.get_username(),
                 "is_staff": bool(user.is_staff),
-                "roles": permissions.roles(user),
-                "providers": s.ProviderSerializer(Provider.objects.filter(members=user), many=True).data,
-                "groups": s.ResearchGroupSerializer(ResearchGroup.objects.filter(members=user), many=True).data,
+                "roles": roles,
+                "providers": providers,
+                "groups": groups,
             }
         )
 

@@ -15,9 +15,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.core import permissions
+from portal.core.api import rows
 from portal.core.api import serializers as s
 from portal.core.api.idempotency import idempotent
-from portal.core.api.mixins import ServiceErrorsMixin
+from portal.core.api.mixins import RowListMixin, ServiceErrorsMixin
 from portal.core.models import Job, ResearchGroup
 from portal.core.services import jobs as job_services
 
@@ -30,7 +31,8 @@ def _default_group(user: Any) -> ResearchGroup:
 
 
 @extend_schema_view(list=extend_schema(parameters=[s.JobListQuerySerializer]))
-class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class JobViewSet(ServiceErrorsMixin, RowListMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                 viewsets.GenericViewSet):
     """A researcher sees and cancels only their group's jobs; anybody else gets 404 for them."""
 
     serializer_class = s.JobSerializer
@@ -39,6 +41,10 @@ class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
     permission_classes = [IsAuthenticated, permissions.CanCancelJob]
     # Actions that move the job's lifecycle: a refused or raced transition answers 409 (the schema says so).
     transition_actions = frozenset({"cancel"})
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        """The detail adds ``waiting_reason`` (computed on read: the list stays as cheap as it was)."""
+        return s.JobDetailSerializer if self.action == "retrieve" else s.JobSerializer
 
     def get_queryset(self) -> QuerySet[Job]:
         queryset = (
@@ -70,7 +76,9 @@ class JobViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModel
         if not permissions.can_submit_to_group(user, group):
             raise PermissionDenied("You may only submit jobs for a research group you belong to.")
         job = job_services.submit_job(user, group=group, **data)
-        return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data, status=status.HTTP_201_CREATED)
+        # JobSerializer's answer, from plain rows (portal/core/api/rows.py, design §10).
+        answer = rows.job_rows(list(rows.JOB_PLAN.values(self.get_queryset().filter(pk=job.pk))))[0]
+        return Response(answer, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=s.JobSerializer)
     @action(detail=True, methods=["post"])

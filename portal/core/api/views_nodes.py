@@ -18,7 +18,7 @@ from portal.control.reclaim.plan import preview as preview_reclaim
 from portal.core import permissions
 from portal.core.api import serializers as s
 from portal.core.api.idempotency import idempotent
-from portal.core.api.mixins import ServiceErrorsMixin
+from portal.core.api.mixins import RowListMixin, ServiceErrorsMixin
 from portal.core.models import Node, Provider
 from portal.core.services import nodes as node_services
 from portal.core.services import reclaims as reclaim_services
@@ -33,7 +33,7 @@ def _default_provider(user: Any) -> Provider:
 
 
 @extend_schema_view(list=extend_schema(parameters=[s.NodeListQuerySerializer]))
-class NodeViewSet(ServiceErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class NodeViewSet(ServiceErrorsMixin, RowListMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Nodes are readable by every signed-in user; changes need the node's lab or an admin."""
 
     serializer_class = s.NodeSerializer

@@ -11,15 +11,20 @@ from typing import Any
 
 from django.db import models
 
+from portal.core.lifecycle.labels import refusal
+
 
 class InvalidTransition(Exception):  # noqa: N818 (name is the public contract)
-    """The requested transition is not in the state machine; nothing was changed."""
+    """The requested transition is not in the state machine; nothing was changed.
+
+    ``str(exc)`` is a sentence for people (``portal.core.lifecycle.labels.refusal``); ``current`` and ``target``
+    are the plain state values (never enum members, whose repr would leak into messages)."""
 
     def __init__(self, machine: str, current: str, target: str) -> None:
-        super().__init__(f"{machine}: cannot go from {current!r} to {target!r}")
         self.machine = machine
-        self.current = current
-        self.target = target
+        self.current = str(getattr(current, "value", current))
+        self.target = str(getattr(target, "value", target))
+        super().__init__(refusal(machine, self.current, self.target))
 
 
 class ConcurrentTransition(Exception):  # noqa: N818 (name is the public contract)
@@ -47,7 +52,7 @@ def apply_transition(
     values = {field: target, **(extra_fields or {})}
     updated = type(obj)._default_manager.filter(pk=obj.pk, **{field: current}).update(**values)
     if updated != 1:
-        raise ConcurrentTransition(f"{machine} {obj.pk}: state is no longer {current!r}")
+        raise ConcurrentTransition(f"The {machine} changed meanwhile (it is no longer {current}); reload and retry.")
     for field, value in values.items():
         setattr(obj, field, value)
 

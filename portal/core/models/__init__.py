@@ -6,6 +6,7 @@ from portal.core.models.jobs import Checkpoint, Job, Placement, PriorityClass
 from portal.core.models.logs import AuditLog, DecisionLog
 from portal.core.models.nodes import Gpu, LendingWindow, Node
 from portal.core.models.outbox import IdempotencyKey, OutboxMessage
+from portal.core.models.output import JobOutput, JobOutputChunk
 from portal.core.models.reclaims import Migration, MigrationMode, ReclaimEvent, ReclaimKind, ReclaimOutcome
 from portal.core.models.telemetry import (
     BandwidthSample,
@@ -26,6 +27,8 @@ __all__ = [
     "HazardScope",
     "IdempotencyKey",
     "Job",
+    "JobOutput",
+    "JobOutputChunk",
     "LendingWindow",
     "Link",
     "LinkEstimate",

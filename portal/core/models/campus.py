@@ -29,6 +29,7 @@ class Switch(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name_plural = "switches"
 
     def __str__(self) -> str:
         return self.name

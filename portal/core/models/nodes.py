@@ -82,6 +82,8 @@ class Gpu(models.Model):
     class Meta:
         ordering = ["node", "index"]
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_index_unique_per_node")]
+        verbose_name = "GPU"
+        verbose_name_plural = "GPUs"
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index} ({self.model})"

@@ -38,6 +38,8 @@ class NodeAvailability(models.Model):
     class Meta:
         ordering = ["at", "id"]
         indexes = [models.Index(fields=["node", "at"])]
+        verbose_name = "node state change"
+        verbose_name_plural = "node state changes"
 
     def __str__(self) -> str:
         return f"{self.node_id} {self.state} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -16,6 +16,12 @@ def fail(field: str, message: str) -> None:
     raise ValidationError({field: [message]})
 
 
+def fail_fields(errors: dict[str, str]) -> None:
+    """Refuse several fields at once, one message each (nothing when ``errors`` is empty)."""
+    if errors:
+        raise ValidationError({field: [message] for field, message in errors.items()})
+
+
 def number(field: str, value: Any, *, minimum: float | None = None, maximum: float | None = None,
            exclusive_minimum: bool = False) -> float:
     """A finite number within bounds (bools are not numbers here; Decimals from forms are)."""

@@ -7,12 +7,14 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from portal.core import outbox, permissions
 from portal.core.lifecycle import jobs as job_lifecycle
-from portal.core.models import Job, PriorityClass, ResearchGroup
-from portal.core.services._validate import fail, integer, number, text
+from portal.core.lifecycle.nodes import NodeState
+from portal.core.models import Gpu, Job, PriorityClass, ResearchGroup
+from portal.core.services._validate import fail, fail_fields, integer, number, text
 from portal.core.services.audit import audit
 
 MAX_GPUS_PER_JOB = 16  # a gang job is moved whole and must fit one node (design §1)
@@ -45,6 +47,9 @@ def submit_job(
     image = text("image", image, max_length=300)
     if not command and not image:
         fail("command", "Give a command or a container image.")
+    if command and image:
+        fail("image", "Give a command or a container image, not both: the job would run only the command. "
+                      "Clear one of the two.")
     gpu_count = integer("gpu_count", gpu_count, minimum=1, maximum=MAX_GPUS_PER_JOB)
     vram = number("vram_gb_per_gpu", vram_gb_per_gpu, minimum=0, maximum=1024)
     try:
@@ -61,6 +66,7 @@ def submit_job(
     restart = number("restart_s", restart_s, minimum=0, maximum=24 * 3600.0)
     if priority_class not in PriorityClass.values:
         fail("priority_class", f"Choose one of {', '.join(PriorityClass.values)}.")
+    fail_fields(campus_misfit(gpu_count, vram, capability))
     owner = actor if actor is not None else None
     if owner is None:
         fail("owner", "A job needs an owner.")
@@ -73,6 +79,54 @@ def submit_job(
         audit(actor, "job.submit", job, group=group.slug, gpus=gpu_count)
         outbox.enqueue(outbox.Task.PLACE_JOB, job.pk)
     return job
+
+
+def campus_hardware() -> list[tuple[int, float, Decimal]]:
+    """(GPUs, smallest VRAM in GB, smallest compute capability) of every registered node that is not retired and
+    has GPUs — its hardware as the campus read model sees it (``portal.core.campus.load``)."""
+    rows = (Gpu.objects.exclude(node__state=NodeState.RETIRED).order_by().values("node_id")
+            .annotate(n=Count("pk"), vram=Min("vram_gb"), cc=Min("compute_capability"))
+            .values_list("n", "vram", "cc"))
+    return [(int(n), float(vram), Decimal(str(cc)).quantize(Decimal("0.1"))) for n, vram, cc in rows]
+
+
+def campus_limits(nodes: list[tuple[int, float, Decimal]]) -> tuple[int, float, Decimal]:
+    """The most GPUs on one node, the largest VRAM and the highest compute capability of ``nodes``."""
+    return max(n for n, _, _ in nodes), max(v for _, v, _ in nodes), max(cc for _, _, cc in nodes)
+
+
+def campus_misfit(gpu_count: int, vram_gb_per_gpu: float, min_capability: Decimal) -> dict[str, str]:
+    """Why no node of the campus could ever run this request, by field (design §3 feasibility); empty when one
+    could — now or once it is lent, whatever is free now — or when no node is registered yet.
+
+    Every registered node counts (retired ones do not), with its hardware as the campus read model sees it
+    (``portal.core.campus.load``): its number of GPUs, the smallest VRAM and compute capability among them."""
+    nodes = campus_hardware()
+    if not nodes:
+        return {}
+    most_gpus, most_vram, best_cc = campus_limits(nodes)
+    errors: dict[str, str] = {}
+    if gpu_count > most_gpus:
+        errors["gpu_count"] = f"No node on this campus has {gpu_count} GPUs; the largest has {most_gpus}."
+    if vram_gb_per_gpu > most_vram:
+        errors["vram_gb_per_gpu"] = (f"No GPU on this campus has {vram_gb_per_gpu:g} GB of memory; the largest "
+                                     f"has {most_vram:g} GB.")
+    if min_capability > best_cc:
+        errors["min_capability"] = (f"No GPU on this campus has compute capability {min_capability} or higher; "
+                                    f"the highest is {best_cc}.")
+    if errors:
+        return errors
+    fitting = [n for n, v, cc in nodes if v >= vram_gb_per_gpu and cc >= min_capability]
+    if not fitting:
+        errors["vram_gb_per_gpu"] = (f"No node on this campus has GPUs with both {vram_gb_per_gpu:g} GB of memory "
+                                     f"and compute capability {min_capability}; lower one of the two.")
+    elif max(fitting) < gpu_count:
+        wanted = " and ".join(part for part in (
+            f"at least {vram_gb_per_gpu:g} GB" if vram_gb_per_gpu > 0 else "",
+            f"compute capability {min_capability} or higher" if min_capability > 0 else "") if part)
+        errors["gpu_count"] = (f"No node on this campus has {gpu_count} GPUs with {wanted}; the most on one "
+                               f"node is {max(fitting)}.")
+    return errors
 
 
 def cancel_job(job: Job, actor: Any) -> Job:

@@ -73,15 +73,15 @@ def _clean_windows(windows: Any) -> list[dict[str, Any]]:
     if len(windows) > MAX_LENDING_WINDOWS:
         fail("lending_windows", f"At most {MAX_LENDING_WINDOWS} windows.")
     cleaned = []
-    for number_, window in enumerate(windows):
+    for number_, window in enumerate(windows, start=1):  # people count windows from 1
         if not isinstance(window, Mapping):
-            fail("lending_windows", f"Window {number_}: an object is required.")
+            fail("lending_windows", f"Window {number_}: give a day, a start and an end.")
         weekday = integer("lending_windows", window.get("weekday"), minimum=0, maximum=6)
         start, end = window.get("start_time"), window.get("end_time")
         if not isinstance(start, dt.time) or not isinstance(end, dt.time):
-            fail("lending_windows", f"Window {number_}: start_time and end_time must be times.")
+            fail("lending_windows", f"Window {number_}: give its start and end as times of day (HH:MM).")
         if start == end:
-            fail("lending_windows", f"Window {number_}: start_time and end_time must differ.")
+            fail("lending_windows", f"Window {number_}: it must not start and end at the same time.")
         cleaned.append({"weekday": weekday, "start_time": start, "end_time": end})
     return cleaned
 

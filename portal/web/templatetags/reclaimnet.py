@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from portal.core.lifecycle.labels import degraded_reason_words
 from portal.web.access import is_admin, is_provider_member, is_researcher
 
 register = template.Library()
@@ -94,3 +95,79 @@ def submit_token() -> SafeString:
     """A one-time token for a POST form (``portal.web.views.common.submit_once``): a double submit or a
     browser retry of this form does its work once."""
     return format_html('<input type="hidden" name="submit_token" value="{}">', secrets.token_urlsafe(18))
+
+
+@register.filter
+def ago(when: datetime | None) -> str:
+    """``age`` as ``<time datetime="ISO" data-age-s="…">3 min ago</time>``: frontend/src/times.js re-renders
+    it every ~15 s in the same words, so a live page's relative times keep moving (hover: the exact time)."""
+    if when is None:
+        return "never"
+    seconds = max(0.0, (timezone.now() - when).total_seconds())
+    exact = timezone.localtime(when).strftime("%Y-%m-%d %H:%M:%S")
+    return format_html('<time datetime="{}" data-age-s="{}" title="{}">{}</time>',
+                       when.isoformat(), f"{seconds:.3f}", exact, age(when))
+
+
+WEEKDAY_ABBR = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+DAY_SETS = {frozenset(range(7)): "every day", frozenset(range(5)): "weekdays", frozenset({5, 6}): "weekends"}
+
+
+def _days(days: set[int]) -> str:
+    """{0,1,2,3,4} → "weekdays"; {0,1,2,4} → "Mon–Wed, Fri"."""
+    named = DAY_SETS.get(frozenset(days))
+    if named:
+        return named
+    runs: list[list[int]] = []
+    for day in sorted(days):
+        if runs and day == runs[-1][-1] + 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    return ", ".join(WEEKDAY_ABBR[r[0]] if len(r) == 1 else
+                     f"{WEEKDAY_ABBR[r[0]]}{', ' if len(r) == 2 else '–'}{WEEKDAY_ABBR[r[-1]]}" for r in runs)
+
+
+@register.filter
+def lending_summary(windows: Any) -> str:
+    """A node's weekly lending windows in a few words: "weekdays 18:00–08:00", "Sat 10:00–14:00; …", or
+    "always" when it has none (lent whenever it is online, design §1)."""
+    by_hours: dict[tuple[Any, Any], set[int]] = {}
+    for w in windows or ():
+        by_hours.setdefault((w.start_time, w.end_time), set()).add(int(w.weekday))
+    if not by_hours:
+        return "always"
+    parts = sorted(by_hours.items(), key=lambda item: (min(item[1]), item[0][0]))
+    return "; ".join(f"{_days(days)} {start:%H:%M}–{end:%H:%M}" for (start, end), days in parts)
+
+
+@register.filter
+def degraded_reason(reason: str | None) -> str:
+    """Why a migration resumed from an earlier checkpoint, in plain words (never the stored value)."""
+    return degraded_reason_words(reason)
+
+
+@register.filter
+def copies(checkpoint: Any, holders: Any = None) -> str:
+    """Where a checkpoint was copied, truthfully: the nodes holding a copy now, copies made and since dropped
+    (a newer copy replaces the older one there), a copy in flight, a failed one, or none at all.
+
+    ``holders`` (the checkpoint's ``replica_nodes``, prefetched by the caller) saves a query; its transfers are
+    read from ``checkpoint.transfers`` (prefetch ``transfers__destination`` to save one more)."""
+    holders = list(checkpoint.replica_nodes.all() if holders is None else holders)
+    held = {n.pk for n in holders}
+    transfers = list(checkpoint.transfers.all())
+    dropped = sorted({t.destination.name for t in transfers if t.state == "received" and t.destination_id not in held})
+    flying = sorted({t.destination.name for t in transfers if t.state == "issued" and t.destination_id not in held})
+    failed = sorted({t.destination.name for t in transfers if t.state == "failed"} - set(dropped) - set(flying)
+                    - {n.name for n in holders})
+    parts = []
+    if holders:
+        parts.append("copied to " + ", ".join(sorted(n.name for n in holders)))
+    if dropped:
+        parts.append("was copied to " + ", ".join(dropped) + " (that copy has since been dropped)")
+    if flying:
+        parts.append("being copied to " + ", ".join(flying))
+    if failed and not parts:
+        parts.append("copy to " + ", ".join(failed) + " failed")
+    return "; ".join(parts) or "not copied to another node"

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 
 from portal.control.reclaim.plan import preview as preview_reclaim
 from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
+from portal.core.lifecycle.labels import refusal
 from portal.core.models import Checkpoint, Node, Placement, ReclaimEvent
 from portal.core.services import nodes as node_services
 from portal.core.services import reclaims as reclaim_services
@@ -89,7 +90,8 @@ def _hosted(nodes: QuerySet[Node]) -> dict[int, list[dict[str, Any]]]:
 
 
 def _node_rows(user: Any) -> list[dict[str, Any]]:
-    nodes = nodes_for(user).select_related("provider", "building").prefetch_related("gpus").order_by("name")
+    nodes = (nodes_for(user).select_related("provider", "building").prefetch_related("gpus", "lending_windows")
+             .order_by("name"))
     hosted = _hosted(nodes)
     rows = []
     for node in nodes:
@@ -111,6 +113,7 @@ def _node_rows(user: Any) -> list[dict[str, Any]]:
 def provider_home(request: HttpRequest) -> HttpResponse:
     _require_provider(request)
     context = {
+        "all_labs": is_admin(request.user),  # an admin sees every lab's nodes: "Nodes", not "My nodes"
         "rows": _node_rows(request.user),
         "reclaims": _reclaims(request.user)[:5],
         "providers": user_providers(request.user),
@@ -218,12 +221,15 @@ def _render_node(
         {"weekday": w.weekday, "start_time": w.start_time, "end_time": w.end_time}
         for w in node.lending_windows.all()
     ]
+    windows = windows or LendingWindowFormSet(initial=initial_windows, prefix="w")
+    floor_form = floor_form or FloorForm(initial={"gpu_floor": node.gpu_floor})
     context = {
         "node": node,
         "gpus": node.gpus.all(),
         "jobs": _hosted(Node.objects.filter(pk=node.pk)).get(node.pk, []),
-        "floor_form": floor_form or FloorForm(initial={"gpu_floor": node.gpu_floor}),
-        "windows": windows or LendingWindowFormSet(initial=initial_windows, prefix="w"),
+        "floor_form": floor_form,
+        "windows": windows,
+        "settings_errors": _settings_errors(floor_form, windows),
         "reclaims": _reclaims(request.user).filter(node=node)[:20],
         "can_reclaim": node.state in ("online", "draining", "offline", "registered"),
     }
@@ -231,11 +237,25 @@ def _render_node(
         request,
         "web/provider/node.html",
         context,
-        {"state": "web/provider/_node_state.html", "jobs": "web/provider/_node_jobs.html",
-         "reclaims": "web/provider/_reclaims.html"},
+        {"state": "web/provider/_node_state.html", "actions": "web/provider/_node_actions.html",
+         "jobs": "web/provider/_node_jobs.html", "reclaims": "web/provider/_reclaims.html"},
     )
     response.status_code = status
     return response
+
+
+def _settings_errors(floor_form: FloorForm, windows: Any) -> dict[str, Any] | None:
+    """The lending form's error summary (the GPU floor and every window row together, like
+    ``partials/form_errors.html`` for one form): how many fields are marked, and the errors of no one field."""
+    if not floor_form.is_bound:
+        return None
+    forms = [floor_form, *windows.forms]
+    fields = sum(len([name for name in f.errors if name != "__all__"]) for f in forms)
+    general = [*floor_form.non_field_errors(), *windows.non_form_errors(),
+               *(e for f in windows.forms for e in f.non_field_errors())]
+    if not fields and not general:
+        return None
+    return {"fields": fields, "general": general}
 
 
 @login_required
@@ -327,12 +347,19 @@ def _reclaim_once(request: HttpRequest, node: Node, action: Any) -> HttpResponse
         messages.error(request, "; ".join(m for ms in exc.message_dict.values() for m in ms)
                        if hasattr(exc, "error_dict") else "; ".join(exc.messages))
         return redirect("web:reclaim-dialog", node_id=node.pk)
-    except LIFECYCLE_ERRORS:
-        node.refresh_from_db()
-        messages.error(request, f"{node.name} is {node.get_state_display()} and cannot be reclaimed that way now.")
+    except LIFECYCLE_ERRORS as exc:
+        messages.error(request, _refused(node, exc))
         return redirect("web:node-detail", node_id=node.pk)
     messages.success(request, f"{reclaim.get_kind_display().capitalize()} of {node.name} requested.")
     return redirect(reverse("web:node-detail", kwargs={"node_id": node.pk}) + "#reclaims")
+
+
+def _refused(node: Node, exc: Exception) -> str:
+    """What a person reads when the node's lifecycle refused their action, naming the node, in plain words."""
+    if isinstance(exc, InvalidTransition):
+        return refusal("node", exc.current, exc.target, subject=node.name)
+    node.refresh_from_db()
+    return f"{node.name} changed meanwhile: it is {node.get_state_display()} now. Nothing was done."
 
 
 def _dialog_with_errors(request: HttpRequest, node: Node, **forms: Any) -> HttpResponse:
@@ -359,8 +386,8 @@ def lend_again(request: HttpRequest, node_id: int) -> HttpResponse:
             node_services.lend_again(node, request.user)
         except PermissionDenied as exc:
             raise Http404 from exc
-        except LIFECYCLE_ERRORS:
-            messages.error(request, f"{node.name} is not reclaimed; nothing to lend again.")
+        except LIFECYCLE_ERRORS as exc:
+            messages.error(request, _refused(node, exc))
         else:
             messages.success(request, f"{node.name} is lent again; it comes online when its agent says hello.")
         return redirect("web:node-detail", node_id=node.pk)

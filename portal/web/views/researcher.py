@@ -6,6 +6,8 @@ job id is a 404. Every write goes through ``portal.core.services.jobs``.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +23,7 @@ from django.views.decorators.http import require_POST
 from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
 from portal.core.lifecycle.jobs import TERMINAL
 from portal.core.models import DecisionLog, Job
+from portal.core.services import explain
 from portal.core.services import jobs as job_services
 from portal.web.access import is_admin, is_researcher, jobs_for, user_groups
 from portal.web.forms import JobForm, apply_service_errors
@@ -87,18 +90,24 @@ class TimelineEntry:
 
 
 def timeline(job: Job) -> list[TimelineEntry]:
-    """Placements, checkpoints, reclaims and migrations of one job, newest first."""
+    """Placements, checkpoints, reclaims and migrations of one job, newest first; each placement and migration
+    with its reason in plain words from the decision log (``portal.core.services.explain``)."""
     entries = [TimelineEntry(job.submitted_at, "submitted", "Submitted", {"group": job.group.name})]
-    for p in job.placements.select_related("node", "node__building"):
-        entries.append(TimelineEntry(p.started_at, "placement", f"Placed on {p.node.name}", {"placement": p}))
-    for c in job.checkpoints.prefetch_related("replica_nodes").select_related("node"):
+    placements = list(job.placements.select_related("node", "node__building"))
+    migrations = list(job.migrations.select_related("source", "destination", "reclaim", "reclaim__node"))
+    why = explain.decision_words(job, placements, migrations)
+    for p in placements:
+        entries.append(TimelineEntry(p.started_at, "placement", f"Placed on {p.node.name}",
+                                     {"placement": p, "why": why.placement.get(p.pk),
+                                      "interval_why": why.interval.get(p.pk)}))
+    for c in job.checkpoints.prefetch_related("replica_nodes", "transfers__destination").select_related("node"):
         took = (c.completed_at - c.taken_at).total_seconds() if c.completed_at else None
         entries.append(
             TimelineEntry(c.completed_at or c.taken_at, "checkpoint", f"Checkpoint #{c.sequence}",
                           {"checkpoint": c, "took_s": took, "replicas": list(c.replica_nodes.all())})
         )
     seen_reclaims: set[int] = set()
-    for m in job.migrations.select_related("source", "destination", "reclaim", "reclaim__node"):
+    for m in migrations:
         if m.reclaim and m.reclaim_id not in seen_reclaims:
             seen_reclaims.add(m.reclaim_id)
             entries.append(
@@ -109,7 +118,7 @@ def timeline(job: Job) -> list[TimelineEntry]:
         entries.append(
             TimelineEntry(m.started_at, "migration",
                           f"Migration {m.source.name} → {m.destination.name if m.destination else 'queue'}",
-                          {"migration": m})
+                          {"migration": m, "why": why.migration.get(m.pk)})
         )
     if job.finished_at:
         entries.append(TimelineEntry(job.finished_at, "finished", job.get_state_display().capitalize(),
@@ -155,6 +164,7 @@ def p1_inputs(job: Job) -> dict[str, Any] | None:
             "decision_id": decision.decision_id,
             "budget": request.get("budget_bytes_per_s"),
             "beta": request.get("beta", 0.2),
+            "min_interval_s": request.get("min_interval_s"),
             "hazard_per_s": req.get("hazard_per_s"),
             "hazard_per_h": (req.get("hazard_per_s") or 0) * 3600,
             "ckpt_bytes": req.get("ckpt_bytes"),
@@ -170,6 +180,17 @@ def p1_inputs(job: Job) -> dict[str, Any] | None:
     return None
 
 
+def _waiting(job: Job) -> Callable[[], dict[str, Any] | None]:
+    """Why a queued job waits, read from the campus only when the page or its fragment shows it (once)."""
+
+    @functools.cache
+    def reason() -> dict[str, Any] | None:
+        found = explain.waiting_reason(job)
+        return None if found is None else {**found, "rows": explain.reason_rows(found)}
+
+    return reason
+
+
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job(request, job_id)
@@ -177,7 +198,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = {
         "job": job,
         "placement": placement,
-        "timeline": timeline(job),
+        "timeline": functools.cache(lambda: timeline(job)),  # built only when the page or its fragment shows it
+        "waiting": _waiting(job),
         "p1": p1_inputs(job),
         "can_cancel": job.state not in TERMINAL,
         "migrations": job.migrations.select_related("source", "destination"),
@@ -186,8 +208,15 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         request,
         "web/researcher/job.html",
         context,
-        {"status": "web/researcher/_job_status.html", "timeline": "web/researcher/_timeline.html"},
+        {"status": "web/researcher/_job_status.html", "timeline": "web/researcher/_timeline.html",
+         "waiting": "web/researcher/_waiting_reason.html"},
     )
+
+
+@login_required
+def job_output(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job page's Output panel alone, for its live refresh (design §9.11)."""
+    return render(request, "web/researcher/_job_output.html", {"job": _job(request, job_id)})
 
 
 @login_required

@@ -1,4 +1,4 @@
-"""A task that only sleeps, for the queue and broker tests: workers load it with ``-I tests.e2e.test_queues_slow_task``.
+"""A task that only sleeps, for the queue and broker tests: workers load it with ``-I tests.e2e.slow_task``.
 Nothing routes it: a test sends it to the queue it wants occupied. It holds no database connection."""
 
 from __future__ import annotations
