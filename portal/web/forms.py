@@ -153,6 +153,7 @@ class JobForm(forms.Form):
     command = forms.CharField(max_length=2000, required=False, label="Command",
                               widget=forms.TextInput(attrs={"placeholder": "python train.py --config cfg.yaml"}))
     image = forms.CharField(max_length=300, required=False, label="or container image",
+                            help_text="Not run by this campus's agents yet: give a command that starts it.",
                             widget=forms.TextInput(attrs={"placeholder": "registry.campus/nlp/train:1.4"}))
     expected_runtime_h = forms.FloatField(min_value=0.01, max_value=24 * 90, initial=4, label="Expected runtime (h)")
     ckpt_gb = forms.FloatField(min_value=0.001, max_value=2000, initial=3.2, label="Checkpoint size (GB)")

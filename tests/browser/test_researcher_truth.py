@@ -99,3 +99,26 @@ def test_request_card_says_any_when_no_minimum_was_asked(
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
     expect(page.get_by_test_id("gpu-request")).to_have_text("1 × any GPU")
     screenshot(page, "request-any")
+
+
+def test_the_cancel_button_goes_away_live_when_the_job_fails(
+    page: Page, login: Callable[[Page, str], None], screenshot: Callable[[Any, str], Any]
+) -> None:
+    login(page, "researcher")
+    _form(page, "browser-fails", command="python train.py")
+    job = Job.objects.get(name="browser-fails")
+    node = Node.objects.filter(state="online").order_by("name").first()
+    Placement.objects.create(job=job, node=node, gpu_indices=[0])
+    job_lifecycle.start(job)
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.get_by_test_id("job-cancel")).to_be_visible()
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")  # following the job's events
+    page.evaluate("window.__sameDocument = true")
+
+    # Play the control plane: the job exits with an error; its page hears of it.
+    job_lifecycle.fail(job, "exit code 2: exited")
+    publish_live([f"job-{job.pk}", f"group-{job.group_id}"], "job.state", job_id=job.pk, state="failed")
+    expect(page.get_by_test_id("job-state").first).to_have_text("failed")
+    expect(page.get_by_test_id("job-cancel")).to_have_count(0)
+    assert page.evaluate("window.__sameDocument === true"), "the page reloaded instead of updating live"
+    screenshot(page, "failed-no-cancel")

@@ -274,3 +274,13 @@ def test_p1_tick_tells_a_tiny_checkpoint_the_minimum_interval(world: World, sett
         assert decision.response["jobs"][0]["interval_s"] == 60.0
     else:
         assert job.checkpoint_interval_s < 5.0  # the paper's Eq. 9 alone: a checkpoint every few seconds
+
+
+def test_an_image_alone_is_refused_because_agents_run_commands(world: World) -> None:
+    """No agent runs container images: a job given only an image would fail at its first start, so it is
+    refused at submit on the ``image`` field with what to do instead."""
+    with pytest.raises(ValidationError) as refused:
+        job_services.submit_job(world.users["researcher"], group=world.group,
+                                **SUBMIT | {"command": "", "image": "img:1"})
+    assert list(refused.value.message_dict) == ["image"]
+    assert "give the command" in refused.value.message_dict["image"][0]

@@ -50,6 +50,10 @@ def submit_job(
     if command and image:
         fail("image", "Give a command or a container image, not both: the job would run only the command. "
                       "Clear one of the two.")
+    if image:
+        fail("image", "This campus's node agents run commands, not container images: give the command that starts "
+                      "your training instead (it may start your container itself, e.g. "
+                      "`apptainer exec IMAGE python train.py`).")
     gpu_count = integer("gpu_count", gpu_count, minimum=1, maximum=MAX_GPUS_PER_JOB)
     vram = number("vram_gb_per_gpu", vram_gb_per_gpu, minimum=0, maximum=1024)
     try:

@@ -208,7 +208,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         request,
         "web/researcher/job.html",
         context,
-        {"status": "web/researcher/_job_status.html", "timeline": "web/researcher/_timeline.html",
+        {"status": "web/researcher/_job_status.html", "actions": "web/researcher/_job_actions.html", "timeline": "web/researcher/_timeline.html",
          "waiting": "web/researcher/_waiting_reason.html"},
     )
 

@@ -102,5 +102,5 @@ class Command(BaseCommand):
         for k in range(live, n_jobs):
             # Queued in the outbox; the control loop inside daphne relays and places it.
             job = submit_job(user, group=group, name=f"demo-numpy-{k + 1}", gpu_count=1, expected_runtime_s=1000,
-                             ckpt_bytes_estimate=2_000_000, command=DEMO_JOB, loss_budget_s=5, restart_s=2)
+                             ckpt_bytes_estimate=2_000_000, command=DEMO_JOB, loss_budget_s=120, restart_s=2)
             self.stdout.write(f"queued demo job #{job.pk} ({job.name})")
