@@ -147,14 +147,14 @@ class ConcurrencyLimit:
     inside Django at once per server process; the others wait their turn, first come first served, in the event
     loop (docs/design.md §10 bounded resources).
 
-    Django runs each request's sync code in a thread of its own (asgiref's ``ThreadSensitiveContext``), so without
-    a bound a burst of 200 requests is 200 threads contending for one interpreter lock and a connection pool a
-    tenth that size: every request slows down together and, after the pool's timeout, many are refused at once.
-    With the bound (``limit + write_limit`` below the pool's size) a request waits here instead, costing
-    nothing, and runs at full speed when its turn comes. Reads and writes queue apart, so a burst of submits does
-    not make every page wait behind it, and fewer writes than reads run at once, so the burst leaves the pages
-    most of the process's time. A request that waited ``queue_timeout_s`` is answered 503 + ``Retry-After`` (JSON under
-    /api/). Websockets are not limited (they are long-lived; their database work is bounded by the pool)."""
+    Each request's synchronous part runs in a thread (``portal.core.http``, a pool of ``limit + write_limit``
+    threads), so without a bound a burst of 200 requests is 200 threads' worth of work contending for one
+    interpreter lock and a connection pool a tenth that size: every request slows down together and, after the
+    pool's timeout, many are refused at once. With the bound (``limit + write_limit`` below the pool's size) a
+    request waits here instead, costing nothing, and runs at full speed when its turn comes. Reads and writes
+    queue apart, so a burst of submits does not make every page wait behind it. A request that waited
+    ``queue_timeout_s`` is answered 503 + ``Retry-After`` (JSON under /api/). Websockets are not limited (they are
+    long-lived; their database work is bounded by the pool)."""
 
     def __init__(self, app: Any, limit: int, queue_timeout_s: float, retry_after_s: int,
                  write_limit: int | None = None) -> None:

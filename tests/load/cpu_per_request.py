@@ -14,8 +14,10 @@ job submit too, and measures the CPU each took:
 - ``rest``: the Celery workers, beat and the agents in the same window.
 
 The background (agents heartbeating, the control tick) is measured in an idle window first and subtracted.
-``--profile DIR`` also records each daphne with py-spy (``pip install py-spy``; collapsed stacks, one file per
-endpoint) for a look at where the time goes.
+``--profile DIR`` also records each daphne with py-spy (``pip install py-spy``; collapsed stacks of the thread
+holding the interpreter lock, one file per endpoint) for a look at where the time goes. The last line weighs
+the reads as ``make load`` sends them: ``load-cpu: a read of the mix T ms (portal P, postgres G, driver D), a
+submit S ms (+W ms in the workers)``.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def run(requests: int, clients: int, daphnes: int, agents: int, workdir: Path, o
                         http.headers.update(s.api_headers)
                         http.cookies.update(s.web_cookies)
 
-                    def request(http: loaddriver.Http, n: int, s: loaddriver._Session = session, k: str = kind,
+                    def request(http: loaddriver.Http, n: int, s: loaddriver._Session = session,
                                 t: str = template) -> loaddriver.Answer:
                         ids_job, ids_node = s.job_ids or [0], s.node_ids or [0]
                         path = t.format(job=ids_job[n % len(ids_job)], node=ids_node[n % len(ids_node)])
@@ -189,13 +191,21 @@ def run(requests: int, clients: int, daphnes: int, agents: int, workdir: Path, o
             deployment.check_alive()
         finally:
             deployment.stop_all()
-    if rows:
-        reads = [r for r in rows if "POST" not in r[0]]
-        mean = {k: sum(r[4][k] for r in reads) / len(reads) for k in ("portal", "pg", "driver", "total")} \
-            if reads else {}
-        if mean:
-            print(f"mean over the {len(reads)} reads (each read weighted alike): portal {mean['portal']:.1f} ms, pg "
-                  f"{mean['pg']:.1f} ms, driver {mean['driver']:.1f} ms, total {mean['total']:.1f} ms per request")
+    reads = [r for r in rows if "POST" not in r[0]]
+    if reads:
+        keys = ("portal", "pg", "driver", "total")
+        mean = {k: sum(r[4][k] for r in reads) / len(reads) for k in keys}
+        print(f"mean over the {len(reads)} reads (each read weighted alike): portal {mean['portal']:.1f} ms, pg "
+              f"{mean['pg']:.1f} ms, driver {mean['driver']:.1f} ms, total {mean['total']:.1f} ms per request")
+        # As make load sends them: a third of the clients per role, each read of a role equally likely.
+        by_role: dict[str, list[dict[str, float]]] = {}
+        for label, *_, per_ms in reads:
+            by_role.setdefault(label.split()[0], []).append(per_ms)
+        mix = {k: sum(sum(r[k] for r in v) / len(v) for v in by_role.values()) / len(by_role) for k in keys}
+        submit = next((r[4] for r in rows if "POST" in r[0]), None)
+        print(f"load-cpu: a read of the mix {mix['total']:.1f} ms (portal {mix['portal']:.1f}, postgres "
+              f"{mix['pg']:.1f}, driver {mix['driver']:.1f})"
+              + (f", a submit {submit['total']:.1f} ms (+{submit['rest']:.1f} ms in the workers)" if submit else ""))
     errors = deployment.errors()
     if errors:
         print(errors)

@@ -58,6 +58,13 @@ def _statements(n_nodes: int) -> dict[str, list[str]]:
 @override_settings(RECLAIMNET_DASHBOARD_MAX_AGE_S=0)  # computed on every request, as the statements are counted
 def test_every_read_issues_as_many_statements_at_200_nodes_as_at_50() -> None:
     small, large = _statements(50), _statements(200)
+    # A list counts its rows only when its page is full (portal/core/api/pagination.py): 200 nodes fill the
+    # 100-row page, 50 do not. That one COUNT(*) is not per node; every other statement must match.
+    for statements in (small, large):
+        for read in ("/api/nodes/", "/api/jobs/", "/api/reclaims/"):
+            counts = [sql for sql in statements[read] if sql.startswith('SELECT COUNT(*) AS "__count"')]
+            assert len(counts) <= 1, (read, counts)
+            statements[read] = [sql for sql in statements[read] if sql not in counts]
     grew = {read: (len(small[read]), len(large[read])) for read in [*READS, "dashboard.build()"]
             if len(small[read]) != len(large[read])}
     detail = "\n".join(f"{read}: {len(small[read])} -> {len(large[read])}\n  " + "\n  ".join(large[read])

@@ -6,8 +6,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, status
+from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 
+from portal.core.api import rows
 from portal.core.lifecycle.base import ConcurrentTransition, InvalidTransition
 
 
@@ -35,8 +37,6 @@ class RowListMixin:
     permissions of ``retrieve`` still see a model instance of the row (its other fields load on access)."""
 
     def list(self, request: Any, *args: Any, **kwargs: Any) -> Response:
-        from portal.core.api import rows
-
         view: Any = self  # a GenericAPIView
         planned = rows.PLANS.get(view.get_serializer_class())
         if planned is None:
@@ -49,10 +49,6 @@ class RowListMixin:
         return view.get_paginated_response(build(page))
 
     def retrieve(self, request: Any, *args: Any, **kwargs: Any) -> Response:
-        from rest_framework.generics import get_object_or_404
-
-        from portal.core.api import rows
-
         view: Any = self
         planned = rows.PLANS.get(view.get_serializer_class())
         if planned is None:
