@@ -290,7 +290,7 @@ async def send_checkpoint(
     result = SendResult(ok=False, attempts=0, bytes_sent=0, elapsed_s=0.0)
     for attempt in range(1, max_attempts + 1):
         result.attempts = attempt
-        fault = faults.take(flow_class) if faults is not None else None
+        fault: str | None = None
         writer: asyncio.StreamWriter | None = None
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
@@ -306,6 +306,8 @@ async def send_checkpoint(
                     raise PermissionError(error)
                 raise ValueError(error)  # e.g. "unknown transfer": the announcement may still be on its way
             offset = int(reply.get("offset", 0))
+            # An injected fault (tests) is spent on an attempt that sends data, not on one the receiver refused.
+            fault = faults.take(flow_class) if faults is not None else None
             if control is not None:  # a rate update may have arrived since the command
                 rate_bytes_per_s = control.rate_bytes_per_s
             pacer = edge.pacer(host, port, flow_class, rate_bytes_per_s)

@@ -19,8 +19,10 @@ The measure (per job; steps are the 0-based indices handed to ``train_step``):
 
 A migration is *misrecorded* when its recorded checkpoint step (0 when none) is not the step actually resumed,
 or when its ``work_lost_s`` differs from the actual ``redone_s`` by more than max(1 s, 20 %, 3 step times)
-(the margin covers the portal not knowing to the step when a stopped job last ran; the load on 2 shared
-cores makes step times vary). A run that threw work away with no migration started before it counts as
+(the margin covers what the portal cannot know exactly: the steps after a job's last progress record, at most
+its 0.2 s progress period, when a killed agent's successor reports how far it got (design §9.9), or a heartbeat
+interval when nothing is reported; and step times that vary with the load on 2 shared cores, which the
+portal measures from the run's checkpoints while this ledger sums the steps themselves). A run that threw work away with no migration started before it counts as
 misrecorded too (work lost that no row shows).
 
 Separately, two runs of one job executing steps at the same time for more than ``OVERLAP_GRACE_S`` is the
