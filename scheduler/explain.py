@@ -6,8 +6,8 @@ model and the decision log and hands the numbers here).
 
 - :func:`classify` gives every node its reason for not taking a queued job now, from P2's own feasibility checks
   (``scheduler.p2.feasibility_checks``): a node P2 would take is :data:`FITS`; P2's "busy" (too few free GPUs) is
-  refined into why they are not free — too few GPUs to lend at all, being reclaimed, not lent now (with its
-  lending windows), offline, or busy with other jobs.
+  refined into why they are not free — too few GPUs to lend at all, being reclaimed, at the end of its lending
+  window, not lent now (with its lending windows), offline, or busy with other jobs.
 - :func:`summarise` turns those reasons into one or two sentences and counts (:class:`WaitingReason`).
 - :func:`placement_words` and :func:`interval_words` explain a P2 choice (score terms, runners-up and why they
   lost) and a P1 interval (Lemma 1 / Eq. 9 with the numbers).
@@ -25,14 +25,17 @@ from typing import Any
 import numpy as np
 
 from scheduler.p2 import feasibility_checks
+from scheduler.windows import DAY_NAMES, Window, next_window_opens_s, window_text
 
 __all__ = [
+    "DAY_NAMES",
     "FITS",
     "REASONS",
     "CampusNodes",
     "Candidate",
     "JobNeeds",
     "WaitingReason",
+    "Window",
     "classify",
     "human_bytes",
     "human_duration",
@@ -48,11 +51,12 @@ __all__ = [
 FITS = "fits"
 # A node's reason for not taking the job now, in the order checked: P2's hardware checks first (they never change
 # while the job waits), then why its GPUs are not free (P2's "busy", refined).
-REASONS = ("vram", "capability", "compatibility", "too_small", "reclaiming", "not_lent", "offline", "busy")
+REASONS = ("vram", "capability", "compatibility", "too_small", "reclaiming", "closing", "not_lent", "offline",
+           "busy")
 HARDWARE = frozenset({"vram", "capability", "compatibility", "too_small"})
-AVAILABILITY = ("lent", "reclaiming", "not_lent", "offline")  # what the caller says of each node's state
+# What the caller says of each node's state; "closing": its lending window ends within the window notice (§9.13).
+AVAILABILITY = ("lent", "reclaiming", "closing", "not_lent", "offline")
 WEEK_S = 7 * 24 * 3600.0
-DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 P2_EXCLUDED_WORDS = {  # scheduler.p2.EXCLUSION_REASONS in words, after "N nodes"
     "vram": "had too little memory per GPU",
     "capability": "had too low a compute capability",
@@ -130,46 +134,7 @@ def _join(parts: Sequence[str]) -> str:
     return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-# --- lending windows -----------------------------------------------------------------------------------------------
-
-Window = tuple[int, int, int]  # (weekday 0 = Monday, start minute of day, end minute of day; end < start: overnight)
-
-
-def _inside(window: Window, weekday: int, minute: float) -> bool:
-    day, start, end = window
-    if start < end:
-        return weekday == day and start <= minute < end
-    return (weekday == day and minute >= start) or (weekday == (day + 1) % 7 and minute < end)
-
-
-def next_window_opens_s(windows: Sequence[Window], weekday: int, minute: float) -> float | None:
-    """Seconds until the next of ``windows`` opens, seen at ``weekday`` and ``minute`` of the day (local time);
-    None when the node has no windows (always lent) or one is open now."""
-    if not windows or any(_inside(w, weekday, minute) for w in windows):
-        return None
-    now = weekday * 1440.0 + minute
-    return min(((day * 1440.0 + start - now) % (7 * 1440.0)) * 60.0 for day, start, _ in windows)
-
-
-def _days(days: Sequence[int]) -> str:
-    days = sorted(set(days))
-    if len(days) == 7:
-        return "daily"
-    if days == [0, 1, 2, 3, 4]:
-        return "on weekdays"
-    if days == [5, 6]:
-        return "at weekends"
-    return "on " + ", ".join(DAY_NAMES[d] for d in days)
-
-
-def window_text(windows: Sequence[Window]) -> str:
-    """``18:00–08:00 daily``, ``09:00–17:00 on Sat, Sun``; "" without windows."""
-    by_time: dict[tuple[int, int], list[int]] = {}
-    for day, start, end in windows:
-        by_time.setdefault((start, end), []).append(day)
-    return "; ".join(f"{start // 60:02d}:{start % 60:02d}–{end // 60:02d}:{end % 60:02d} {_days(days)}"
-                     for (start, end), days in sorted(by_time.items()))
-
+# --- lending windows: scheduler.windows (re-exported here for the explanation's callers) -------------------------
 
 # --- why a queued job waits -----------------------------------------------------------------------------------------
 
@@ -232,6 +197,7 @@ def classify(nodes: CampusNodes, needs: JobNeeds) -> np.ndarray:
         ("compatibility", ~checks["compatibility"]),
         ("too_small", not_free & (np.asarray(nodes.lendable_gpus) < needs.gpus)),
         ("reclaiming", not_free & (availability == "reclaiming")),
+        ("closing", not_free & (availability == "closing")),
         ("not_lent", not_free & (availability == "not_lent")),
         ("offline", not_free & (availability == "offline")),
         ("busy", not_free),
@@ -246,6 +212,7 @@ def classify(nodes: CampusNodes, needs: JobNeeds) -> np.ndarray:
 _VERBS = {  # (one node, several nodes)
     "busy": ("is busy with other jobs", "are busy with other jobs"),
     "reclaiming": ("is being reclaimed by its owner", "are being reclaimed by their owners"),
+    "closing": ("is at the end of its lending window", "are at the end of their lending windows"),
     "offline": ("is offline (its agent is not connected)", "are offline (their agents are not connected)"),
     "not_lent": ("is not lent now (its owner took it back)", "are not lent now (their owners took them back)"),
 }
@@ -278,7 +245,7 @@ def _availability_groups(nodes: CampusNodes, codes: np.ndarray,
                          would_fit: np.ndarray) -> list[tuple[np.ndarray, tuple[str, str]]]:
     """The nodes that would fit, grouped by why their GPUs are not free now (nodes not lent, by lending window)."""
     groups: list[tuple[np.ndarray, tuple[str, str]]] = []
-    for reason in ("busy", "not_lent", "reclaiming", "offline"):
+    for reason in ("busy", "not_lent", "closing", "reclaiming", "offline"):
         idx = would_fit[codes[would_fit] == reason]
         if not idx.size:
             continue

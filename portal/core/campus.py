@@ -13,6 +13,8 @@ dashboard, the summary API and ``/metrics`` — reads these functions, so they c
   researcher's estimate.
 - :func:`load` — the whole snapshot a decision needs (:class:`Campus`): tree, link bandwidths, free GPUs of
   lent nodes with a live agent, hardware, hazard; :meth:`Campus.feasible` is a job's feasible nodes.
+  A node with lending windows takes work only inside one and not within the window notice of its end
+  (:func:`window_states`, on the pure ``scheduler.windows`` the explanation also uses; design §9.13).
 - :func:`gpu_time` — the same counts over the past: per period, GPU-seconds lent (each node's lendable GPUs
   while ``NodeAvailability`` says it was lent) and busy (placements on lent nodes), for the dashboard's
   utilisation of past hours; :func:`migration_traffic_now` — the migration copies on the wire now, per link.
@@ -49,12 +51,16 @@ from portal.core.models import (
     HazardEstimate,
     HazardScope,
     Job,
+    LendingWindow,
     Link,
     LinkEstimate,
     Node,
     NodeAvailability,
     Placement,
+    ReclaimEvent,
+    ReclaimKind,
 )
+from scheduler import windows as lending
 from scheduler.p2 import feasible_mask
 from scheduler.p3 import migration_budget_bytes_per_s
 from scheduler.topology import CampusTree
@@ -437,6 +443,8 @@ class Campus:
     capability: np.ndarray
     now_hour: float
     live: set[int] = field(default_factory=set)
+    windows: dict[int, list[lending.Window]] = field(default_factory=dict)  # node pk → its lending windows
+    window_state: dict[int, str] = field(default_factory=dict)  # "closed" | "closing": kept from work by its windows
     free_indices: dict[int, list[int]] = field(default_factory=dict)  # filled by idle_indices()
     _hazard: np.ndarray | None = None
 
@@ -492,13 +500,55 @@ class Campus:
         return self.capability >= float(checkpoint.compute_capability)
 
 
+def lending_windows(now: Any = None) -> tuple[dict[int, list[lending.Window]], set[int]]:
+    """Every node's lending windows (design §9.13) as ``scheduler.windows`` takes them, and the nodes among them
+    whose window's end is being drained (a window-end reclaim whose deadline is after ``now``); one statement."""
+    now = now or timezone.now()
+    closing = Exists(ReclaimEvent.objects.filter(node=OuterRef("node_id"), kind=ReclaimKind.WINDOW,
+                                                 deadline_at__gt=now))
+    out: dict[int, list[lending.Window]] = {}
+    draining: set[int] = set()
+    for node_id, day, start, end, ends in LendingWindow.objects.order_by().annotate(closing=closing).values_list(
+            "node_id", "weekday", "start_time", "end_time", "closing"):
+        out.setdefault(node_id, []).append((int(day), start.hour * 60 + start.minute, end.hour * 60 + end.minute))
+        if ends:
+            draining.add(node_id)
+    return out, draining
+
+
+DEFAULT_WINDOW_NOTICE_S = 600.0  # jobs start leaving ten minutes before a lending window ends
+
+
+def window_notice_s() -> float:
+    """How long before its lending window ends a node takes nothing new and its jobs start leaving (design §9.13,
+    ``RECLAIMNET["WINDOW_NOTICE_S"]``)."""
+    return float(getattr(settings, "RECLAIMNET", {}).get("WINDOW_NOTICE_S", DEFAULT_WINDOW_NOTICE_S))
+
+
+def window_states(windows: dict[int, list[lending.Window]], closing: set[int], local: Any) -> dict[int, str]:
+    """Per node with windows that keep it from taking work now (design §9.13): ``closed`` (outside every window at
+    ``local``, campus local time, ``settings.TIME_ZONE``) or ``closing`` (its window ends within the window notice,
+    or its end is being drained: ``closing`` from :func:`lending_windows`). Nodes absent are lendable."""
+    weekday, minute = lending.local_clock(local)
+    notice_s = window_notice_s()
+    out: dict[int, str] = {}
+    for pk, ws in windows.items():
+        left = lending.closes_in_s(ws, weekday, minute)
+        if left is not None and left <= 0:
+            out[pk] = "closed"
+        elif pk in closing or (left is not None and left <= notice_s):
+            out[pk] = "closing"
+    return out
+
+
 def load(now: Any = None) -> Campus:
     """Snapshot the tree, link bandwidths (B⁻) and GPU availability in a fixed number of queries.
 
     Only nodes whose access link was in the link read are kept: a node registered between the two queries
     (READ COMMITTED sees it in the second) would otherwise hang off a link the tree does not have.
     """
-    local = timezone.localtime(now or timezone.now())
+    now = now or timezone.now()
+    local = timezone.localtime(now)
     links = list(Link.objects.order_by("pk").values_list("pk", "name", "upper__name", "lower_switch__name",
                                                           "node__pk", "capacity_bytes_per_s"))
     link_pks = [row[0] for row in links]
@@ -522,13 +572,15 @@ def load(now: Any = None) -> Campus:
                 .values_list("node_id", "n", "vram", "cc")}
     live = live_node_pks()
     held, reserved = held_and_reserved_gpus()
+    windows, closing = lending_windows(now)
+    window_state = window_states(windows, closing, local)
     n = len(nodes)
     free = np.zeros(n)
     vram_gb = np.zeros(n)
     capability = np.zeros(n)
     for i, (pk, _, _, state, killswitch, floor, _) in enumerate(nodes):
         count, vram_gb[i], capability[i] = hardware.get(pk, (0, 0.0, 0.0))
-        if state == NodeState.ONLINE and not killswitch and pk in live:
+        if state == NodeState.ONLINE and not killswitch and pk in live and pk not in window_state:
             free[i] = max(0, Node.lendable_of(count, floor) - held.get(pk, 0) - reserved.get(pk, 0))
     return Campus(
         tree=tree, node_pks=node_pks, index_of=index_of, link_pks=link_pks, link_names=[row[1] for row in links],
@@ -536,7 +588,7 @@ def load(now: Any = None) -> Campus:
         building=np.array([row[1] for row in nodes], dtype=np.int64), provider_of={row[0]: row[2] for row in nodes},
         access_link_of={row[0]: link_index[row[6]] for row in nodes},
         free_gpus=free, vram_gb=vram_gb, capability=capability,
-        now_hour=local.hour + local.minute / 60.0, live=live,
+        now_hour=local.hour + local.minute / 60.0, live=live, windows=windows, window_state=window_state,
     )
 
 

@@ -167,8 +167,9 @@ def _warned(f: Facts, subject: str) -> str | None:
         return None
     dest = _model(Node, f.get("destination"))
     where = f"move to {dest.name}" if dest is not None else "move to another node"
-    return (f"{subject} must leave {reclaim.node.name} by {clock(reclaim.deadline_at)}: its lab is taking the "
-            f"node back. It will checkpoint and {where}; no work should be lost.")
+    why = "its lending window ends" if reclaim.kind == "window" else "its lab is taking the node back"
+    return (f"{subject} must leave {reclaim.node.name} by {clock(reclaim.deadline_at)}: {why}. It will "
+            f"checkpoint and {where}; no work should be lost.")
 
 
 def _moved(f: Facts, subject: str) -> str | None:
@@ -213,6 +214,8 @@ def _reclaim_done(f: Facts, subject: str) -> str | None:
     reclaim = f.reclaim
     if reclaim is None or reclaim.kind == "heartbeat_lost":  # a silent node is not back with its lab
         return None
+    if reclaim.kind == "window":  # design §9.13: lent again when its next window opens
+        return f"{subject} is yours again until its next lending window: {_loss_words(*_moved_off(reclaim))}."
     return f"{subject} is yours again: {_loss_words(*_moved_off(reclaim))}."
 
 
@@ -234,7 +237,8 @@ def _reclaim_forced(f: Facts, subject: str) -> str | None:
     reclaim = f.reclaim
     if reclaim is None or reclaim.kind == "heartbeat_lost":  # that is "node.lost"
         return None
-    how = {"killswitch": "with the kill-switch", "emergency": "without notice"}.get(
+    how = {"killswitch": "with the kill-switch", "emergency": "without notice",
+           "window": "at the end of its lending window, before every job had checkpointed"}.get(
         reclaim.kind, f"at the end of its {duration(reclaim.notice_s)} notice, before every job had checkpointed")
     lab = reclaim.node.provider.name
     return f"{lab} took {subject} back {how}: {_loss_words(*_moved_off(reclaim))}."

@@ -6,6 +6,9 @@ see is a 404, exactly as if it did not exist. Admins (staff) see everything.
 
 from __future__ import annotations
 
+from functools import cached_property
+from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
@@ -24,9 +27,39 @@ __all__ = [
     "live_groups_for",
     "may_follow",
     "nodes_for",
+    "page_roles",
     "user_groups",
     "user_providers",
 ]
+
+
+class PageRoles:
+    """The roles one request's user has, each read at most once per request and only when asked (design §10
+    "CPU per request": a fragment that shows no navigation asks only its view's question)."""
+
+    def __init__(self, user: User) -> None:
+        self.user = user
+
+    @cached_property
+    def admin(self) -> bool:
+        return is_admin(self.user)
+
+    @cached_property
+    def provider(self) -> bool:
+        return is_provider_member(self.user)
+
+    @cached_property
+    def researcher(self) -> bool:
+        return is_researcher(self.user)
+
+
+def page_roles(request: Any) -> PageRoles:
+    """The user's roles for this request, cached on the request: the view's check, the navigation and the
+    page's own wording ask the same question, and each answer is a query."""
+    cached = getattr(request, "_reclaimnet_roles", None)
+    if cached is None:
+        cached = request._reclaimnet_roles = PageRoles(request.user)
+    return cached
 
 
 def nodes_for(user: User) -> QuerySet[Node]:

@@ -20,7 +20,8 @@ from portal.web import dashboard
 from tests.load.conftest import tickcampus
 
 READS = ["/api/nodes/", "/api/nodes/{node}/", "/api/jobs/", "/api/jobs/{job}/", "/api/reclaims/", "/api/summary/",
-         "/dashboard/", "/dashboard/charts.json", "/dashboard/?fragment=summary"]
+         "/dashboard/", "/dashboard/charts.json", "/dashboard/?fragment=summary",
+         "/jobs/", "/jobs/{job}/", "/provider/", "/provider/nodes/{node}/"]
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +71,16 @@ def test_every_read_issues_as_many_statements_at_200_nodes_as_at_50() -> None:
     detail = "\n".join(f"{read}: {len(small[read])} -> {len(large[read])}\n  " + "\n  ".join(large[read])
                        for read in grew)
     assert not grew, f"statements grow with the campus: {grew}\n{detail}"
+
+
+# The pages' statements as an admin on the 200-node campus (design §10 "CPU per request"): each role question
+# once per request, a node's GPUs and windows once, a job's shown checkpoints' copies in two statements, a job
+# list's open placements in one.
+PAGE_STATEMENTS = {"/jobs/": 5, "/jobs/{job}/": 15, "/provider/": 9, "/provider/nodes/{node}/": 9}
+
+
+@override_settings(RECLAIMNET_DASHBOARD_MAX_AGE_S=0)
+def test_the_pages_issue_no_more_statements_than_pinned() -> None:
+    large = _statements(200)
+    over = {read: len(large[read]) for read, most in PAGE_STATEMENTS.items() if len(large[read]) > most}
+    assert not over, f"{over}\n" + "\n".join(f"{read}:\n  " + "\n  ".join(large[read]) for read in over)

@@ -17,6 +17,7 @@ from django.utils import timezone
 from portal.control.config import rn
 from portal.control.link import commands, presence
 from portal.control.loop.estimates import EstimatorCache, update_estimates
+from portal.control.loop.windows import start_window_ends
 from portal.control.models import (
     MigrationPhase,
     MigrationWork,
@@ -27,6 +28,7 @@ from portal.control.models import (
 )
 from portal.control.reclaim import lifecycle as migration_lifecycle
 from portal.control.reclaim.apply import (
+    NOTICE_KINDS,
     draining_reclaims,
     enforce_deadline,
     expire_transfers,
@@ -62,13 +64,13 @@ from portal.core.models import (
     Checkpoint,
     DecisionLog,
     Job,
+    LendingWindow,
     Migration,
     MigrationMode,
     Node,
     Placement,
     PriorityClass,
     ReclaimEvent,
-    ReclaimKind,
 )
 from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S
 from scheduler.p1 import P1Jobs, plan_checkpoints
@@ -124,7 +126,7 @@ def detect_lost_heartbeats(started_monotonic: float = -math.inf, now: dt.datetim
 
 
 def enforce_due_deadlines() -> None:
-    due = ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
+    due = ReclaimEvent.objects.filter(kind__in=NOTICE_KINDS, finished_at__isnull=True,
                                       deadline_at__lte=timezone.now()).values_list("pk", flat=True)
     for reclaim_id in due:
         enforce_deadline(reclaim_id)
@@ -379,14 +381,17 @@ def pending_steps() -> dict[str, bool]:
     checks = {
         "lost": Node.objects.filter(state__in=[NodeState.ONLINE, NodeState.DRAINING]).filter(
             Q(last_heartbeat_at__lt=silent) | Q(last_heartbeat_at__isnull=True)),
-        "deadlines": ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
+        "deadlines": ReclaimEvent.objects.filter(kind__in=NOTICE_KINDS, finished_at__isnull=True,
                                                  deadline_at__lte=now),
         "transfers": Transfer.objects.filter(state=TransferState.ISSUED, expires_at__lt=now),
         "moves": MigrationWork.objects.filter(phase=MigrationPhase.STARTING, transferred_at__lt=unstarted),
         "starts": Placement.objects.filter(ended_at__isnull=True, job__state=JobState.QUEUED,
                                            started_at__lt=unstarted),
-        "releases": ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
+        "releases": ReclaimEvent.objects.filter(kind__in=NOTICE_KINDS, finished_at__isnull=True,
                                                 work__phase=ReclaimPhase.PLANNED),
+        # A node with lending windows running a job: its window's end may be due (design §9.13).
+        "windows": LendingWindow.objects.filter(node__state=NodeState.ONLINE, node__placements__ended_at__isnull=True,
+                                                node__placements__job__state=JobState.RUNNING),
     }
     parts, params = [], []
     for queryset in checks.values():
@@ -413,6 +418,7 @@ def control_tick(now: dt.datetime | None = None, context: TickContext | None = N
         due = pending_steps()
         started = context.started_monotonic if context is not None else -math.inf
         lost = detect_lost_heartbeats(started, now) if due["lost"] else []
+        windows = start_window_ends(now) if due["windows"] else []
         if due["deadlines"]:
             enforce_due_deadlines()
         expired = expire_transfers() if due["transfers"] else 0
@@ -422,7 +428,8 @@ def control_tick(now: dt.datetime | None = None, context: TickContext | None = N
         placed = place_queued()
         if due["releases"]:
             release_finished()
-        return {"lost": len(lost), "expired_transfers": expired, "p1_changed": changed, "placed": placed}
+        return {"lost": len(lost), "expired_transfers": expired, "p1_changed": changed, "placed": placed,
+                "window_ends": len(windows)}
     finally:
         if connection.vendor == "postgresql":
             with connection.cursor() as cur:

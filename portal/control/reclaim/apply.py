@@ -51,6 +51,11 @@ from scheduler.p3 import DSCP
 
 log = logging.getLogger(__name__)
 
+# Reclaims with notice: planned, drained, forced at the deadline. A window-end drain (design §9.13) is one, but its
+# node stays the lab's lent node: it is neither reclaimed nor kill-switched, and lends again when its next window
+# opens (the campus read model keeps it out of placement meanwhile).
+NOTICE_KINDS = (ReclaimKind.SCHEDULED, ReclaimKind.WINDOW)
+
 
 def _jobs_on(node_id: int) -> list[Job]:
     return list(Job.objects.filter(placements__node_id=node_id, placements__ended_at__isnull=True,
@@ -70,7 +75,7 @@ def run_reclaim(reclaim_id: int, now: dt.datetime | None = None) -> str:
     ``now`` (default: the clock) is when the plan is made; the notice left is the deadline minus ``now``."""
     with transaction.atomic():
         reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
-        scheduled = reclaim.kind == ReclaimKind.SCHEDULED
+        scheduled = reclaim.kind in NOTICE_KINDS
         target = ReclaimPhase.PLANNED if scheduled else ReclaimPhase.RECOVERED
         if not lifecycle.claim_reclaim(reclaim_id, ReclaimPhase.REQUESTED, target,
                                        deadline_at=reclaim.deadline_at if scheduled else None):
@@ -168,9 +173,10 @@ def _plan_scheduled(reclaim: ReclaimEvent, now: dt.datetime) -> str:
     """
     node = reclaim.node
     tau = max(0.0, (reclaim.deadline_at - now).total_seconds())
-    # Re-sent until acked or the deadline passed; ``deadline_at`` keeps a late copy from pushing it out.
-    commands.send(node.pk, "reclaim_notice", ttl_s=tau + 1.0, reclaim_id=reclaim.pk, deadline_in_s=tau,
-                  deadline_at=reclaim.deadline_at.timestamp())
+    if reclaim.kind != ReclaimKind.WINDOW:  # the agent would engage its kill-switch at the deadline
+        # Re-sent until acked or the deadline passed; ``deadline_at`` keeps a late copy from pushing it out.
+        commands.send(node.pk, "reclaim_notice", ttl_s=tau + 1.0, reclaim_id=reclaim.pk, deadline_in_s=tau,
+                      deadline_at=reclaim.deadline_at.timestamp())
     outbox.enqueue(Task.ENFORCE_DEADLINE, reclaim.pk, delay_s=tau + 0.05)
     _set_outcome(reclaim, ReclaimOutcome.DRAINING)
     jobs = jobs_leaving(node.pk, scheduled=True)
@@ -229,12 +235,13 @@ def _apply_replanned_rates(changes: tuple[tuple[int, float | None, float], ...],
 
 def draining_reclaims() -> list[int]:
     """Scheduled reclaims planned and not finished: the ones :func:`release` may finish."""
-    return list(ReclaimEvent.objects.filter(kind=ReclaimKind.SCHEDULED, finished_at__isnull=True,
+    return list(ReclaimEvent.objects.filter(kind__in=NOTICE_KINDS, finished_at__isnull=True,
                                             work__phase=ReclaimPhase.PLANNED).values_list("pk", flat=True))
 
 
 def release(reclaim_id: int) -> bool:
-    """The node has nothing left to send: give it back to the provider (draining → reclaimed), once."""
+    """The node has nothing left to send: give it back to the provider (draining → reclaimed), once. A window
+    reclaim (design §9.13) only finishes: its node stays online, out of placement until its next window."""
     reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
     if MigrationWork.objects.filter(migration__reclaim=reclaim, migration__source=reclaim.node,
                                     phase__in=ACTIVE_PHASES).exists():
@@ -245,12 +252,14 @@ def release(reclaim_id: int) -> bool:
     if not lifecycle.claim_reclaim(reclaim_id, ReclaimPhase.PLANNED, ReclaimPhase.RELEASED):
         return False
     node = Node.objects.select_for_update().get(pk=reclaim.node_id)
-    if node.state == NodeState.DRAINING:
-        node_lifecycle.reclaim(node)
-    commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
+    window = reclaim.kind == ReclaimKind.WINDOW
+    if not window:
+        if node.state == NodeState.DRAINING:
+            node_lifecycle.reclaim(node)
+        commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
     degraded = Migration.objects.filter(reclaim=reclaim, mode=MigrationMode.DEGRADED).exists()
     outcome = ReclaimOutcome.DEGRADED if degraded else ReclaimOutcome.COMPLETED
-    _set_outcome(reclaim, outcome, "node drained", finished=True)
+    _set_outcome(reclaim, outcome, "lending window ends: node drained" if window else "node drained", finished=True)
     events.emit("reclaim.done", reclaim=reclaim)
     publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "node.state",
                          node_id=node.pk, state=node.state, reclaim_id=reclaim.pk, outcome=outcome)
@@ -259,11 +268,14 @@ def release(reclaim_id: int) -> bool:
 
 def enforce_deadline(reclaim_id: int) -> str:
     """The provider always wins at the deadline (design §1): kill-switch on, unfinished final checkpoints fall back
-    to the freshest replica, the node is reclaimed. Established transfers off the node may finish."""
+    to the freshest replica, the node is reclaimed. Established transfers off the node may finish. At a lending
+    window's end (kind ``window``, design §9.13) the jobs left are stopped and resume elsewhere, but the node is
+    neither kill-switched nor reclaimed: it lends again when its next window opens."""
     reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
-    if reclaim.kind != ReclaimKind.SCHEDULED or reclaim.deadline_at > timezone.now():
+    if reclaim.kind not in NOTICE_KINDS or reclaim.deadline_at > timezone.now():
         return "not due"
-    if reclaim.finished_at is None:
+    window = reclaim.kind == ReclaimKind.WINDOW  # its jobs are stopped one by one; the node stays lent
+    if reclaim.finished_at is None and not window:
         # First, outside the transaction below: should the recovery fail and roll back (and be retried by the
         # next tick), the kill-switch has still gone out at the deadline. Engaging it twice is harmless.
         commands.send(reclaim.node_id, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
@@ -281,7 +293,7 @@ def enforce_deadline(reclaim_id: int) -> str:
             recover_from_replica(job, node.pk, reclaim, "deadline", work=work, campus=campus)
         for job in _jobs_on(node.pk):
             recover_from_replica(job, node.pk, reclaim, "deadline", campus=campus)
-        if node.state == NodeState.DRAINING:
+        if node.state == NodeState.DRAINING and not window:
             node_lifecycle.reclaim(node)
         _set_outcome(reclaim, ReclaimOutcome.FORCED, ngettext("%(n)d job not checkpointed by the deadline",
                                                               "%(n)d jobs not checkpointed by the deadline",

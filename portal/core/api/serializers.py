@@ -358,7 +358,8 @@ class JobSerializer(serializers.ModelSerializer):
 class WaitingReasonCountSerializer(serializers.Serializer):
     reason = serializers.ChoiceField(choices=list(EXPLAIN_REASONS), help_text=(
         "Why these nodes do not take the job now: vram, capability, compatibility (cannot restore its checkpoint), "
-        "too_small (fewer lendable GPUs than asked), reclaiming, not_lent, offline, busy (other jobs hold the GPUs)."))
+        "too_small (fewer lendable GPUs than asked), reclaiming, closing (its lending window is about to end), "
+        "not_lent, offline, busy (other jobs hold the GPUs)."))
     nodes = serializers.IntegerField(help_text="How many nodes.")
 
 

@@ -15,6 +15,7 @@ class ReclaimKind(models.TextChoices):
     EMERGENCY = "emergency", "emergency (no notice)"
     KILLSWITCH = "killswitch", "kill-switch"
     HEARTBEAT_LOST = "heartbeat_lost", "heartbeat lost"
+    WINDOW = "window", "lending window ends"  # the control plane drains the node (design §9.13); it stays lent
 
 
 class ReclaimOutcome(models.TextChoices):

@@ -7,8 +7,8 @@ from the pure ``scheduler.explain``; this module translates rows into its inputs
 
 The waiting reason is computed when read, not stored by the placement tick: the tick skips reading the campus
 when no queued job can fit anywhere (design §9.4), which is exactly when a reason is wanted, and a stored reason
-would be stale by up to a period. A read costs a fixed number of statements (the snapshot's, three more for node
-states, GPUs and lending windows, and one about the job), and only for a queued job; any other job answers None without a query. Within one process the snapshot is shared
+would be stale by up to a period. A read costs a fixed number of statements (the snapshot's, lending windows
+included, two more for node states and GPUs, and one about the job), and only for a queued job; any other job answers None without a query. Within one process the snapshot is shared
 for as long as the dashboard's read-model numbers are (``RECLAIMNET_DASHBOARD_MAX_AGE_S``, 5 s): a queued job's
 detail then costs one statement of its own.
 """
@@ -31,9 +31,10 @@ from django.utils import timezone
 from portal.core import campus as campus_model
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
-from portal.core.models import Checkpoint, DecisionLog, Gpu, Job, LendingWindow, Migration, Node, Placement
+from portal.core.models import Checkpoint, DecisionLog, Gpu, Job, Migration, Node, Placement
 from scheduler import explain as words
 from scheduler.explain import CampusNodes, Candidate, JobNeeds
+from scheduler.windows import local_clock
 
 __all__ = [
     "REASON_WORDS", "CampusFacts", "DecisionWords", "campus_facts", "decision_words", "reason_rows",
@@ -46,6 +47,7 @@ REASON_WORDS = {  # scheduler.explain.REASONS for the page's counts, after "N no
     "compatibility": "unable to restore its checkpoint",
     "too_small": "with fewer GPUs than it asks for",
     "reclaiming": "being reclaimed",
+    "closing": "whose lending window is about to end",
     "not_lent": "not lent now",
     "offline": "offline",
     "busy": "busy with other jobs",
@@ -67,19 +69,21 @@ class CampusFacts:
     at: dt.datetime
 
 
-def _availability(state: str, killswitch: bool, live: bool) -> str:
+def _availability(state: str, killswitch: bool, live: bool, window: str = "open") -> str:
+    """``window``: ``open`` (or no windows), ``closed`` (outside every lending window) or ``closing`` (its window's
+    end is near or being drained) — as the campus read model decided it (design §9.13), so the words match placement."""
     if state == NodeState.DRAINING:
         return "reclaiming"
     if state == NodeState.RECLAIMED or killswitch:
         return "not_lent"
     if state == NodeState.ONLINE and live:
-        return "lent"
+        return {"closed": "not_lent", "closing": "closing"}.get(window, "lent")
     return "offline"  # offline, registered (its agent never connected), or online with no live agent
 
 
 def campus_facts(now: dt.datetime | None = None) -> CampusFacts:
-    """Read the snapshot (``portal.core.campus.load``) and three more statements: node states, GPU counts and
-    models, lending windows. Retired nodes are not part of the campus."""
+    """Read the snapshot (``portal.core.campus.load``, lending windows included) and two more statements: node
+    states, GPU counts and models. Retired nodes are not part of the campus."""
     now = now or timezone.now()
     snap = campus_model.load(now)
     state = {pk: (s, k, floor) for pk, s, k, floor in
@@ -87,17 +91,16 @@ def campus_facts(now: dt.datetime | None = None) -> CampusFacts:
     gpus = {pk: (n, model) for pk, n, model in
             Gpu.objects.values("node_id").annotate(n=Count("pk"), model=Min("model")).values_list("node_id", "n",
                                                                                                   "model")}
-    windows: dict[int, list[words.Window]] = {}
-    for node_id, day, start, end in LendingWindow.objects.values_list("node_id", "weekday", "start_time",
-                                                                      "end_time"):
-        windows.setdefault(node_id, []).append((day, start.hour * 60 + start.minute, end.hour * 60 + end.minute))
+    windows = snap.windows  # the read model's, so placement and these words see the same windows
     keep = [i for i, pk in enumerate(snap.node_pks) if state.get(pk, (NodeState.RETIRED,))[0] != NodeState.RETIRED]
     pks = [snap.node_pks[i] for i in keep]
     local = timezone.localtime(now)
-    minute = local.hour * 60 + local.minute + local.second / 60
-    next_s = [words.next_window_opens_s(windows.get(pk, []), local.weekday(), minute) for pk in pks]
+    weekday, minute = local_clock(local)  # the read model's clock reading
+    next_s = [words.next_window_opens_s(windows.get(pk, []), weekday, minute) for pk in pks]
+    window = snap.window_state  # the read model's verdict, so these words say what placement does
     nodes = CampusNodes(
-        availability=np.array([_availability(state[pk][0], state[pk][1], pk in snap.live) for pk in pks], dtype=object),
+        availability=np.array([_availability(state[pk][0], state[pk][1], pk in snap.live, window.get(pk, "open"))
+                               for pk in pks], dtype=object),
         lendable_gpus=np.array([Node.lendable_of(gpus.get(pk, (0, ""))[0], state[pk][2]) for pk in pks], dtype=int),
         free_gpus=snap.free_gpus[keep], vram_gb=snap.vram_gb[keep], capability=snap.capability[keep],
         label=[gpus.get(pk, (0, ""))[1] or "" for pk in pks],

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from portal.core.lifecycle.labels import degraded_reason_words
-from portal.web.access import is_admin, is_provider_member, is_researcher
+from portal.web.access import page_roles
 
 register = template.Library()
 
@@ -82,10 +82,11 @@ def nav_roles(request: Any) -> dict[str, Any]:
     if not user.is_authenticated:
         return {}
     match = getattr(request, "resolver_match", None)
+    roles = page_roles(request)  # read once per request, however many times a page asks
     return {
-        "admin": is_admin(user),
-        "provider": is_provider_member(user),
-        "researcher": is_researcher(user),
+        "admin": roles.admin,
+        "provider": roles.provider,
+        "researcher": roles.researcher,
         "current": SECTIONS.get(match.url_name if match else "", ""),
     }
 

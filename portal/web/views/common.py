@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from portal.core import idempotency
-from portal.web.access import is_admin, is_provider_member, is_researcher
+from portal.web.access import page_roles
 
 
 def render_page(
@@ -33,11 +33,12 @@ def home(request: HttpRequest) -> HttpResponse:
     user = request.user
     if not user.is_authenticated:
         return LoginView.as_view()(request)
-    if is_admin(user):
+    roles = page_roles(request)
+    if roles.admin:
         return redirect("web:dashboard")
-    if is_provider_member(user):
+    if roles.provider:
         return redirect("web:provider-home")
-    if is_researcher(user):
+    if roles.researcher:
         return redirect("web:job-list")
     return render(request, "web/no_role.html")
 

@@ -7,13 +7,14 @@ lab's node id in a URL or a form is a 404.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Prefetch, QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery, prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -26,7 +27,7 @@ from portal.core.lifecycle.labels import refusal
 from portal.core.models import Checkpoint, Node, Placement, ReclaimEvent
 from portal.core.services import nodes as node_services
 from portal.core.services import reclaims as reclaim_services
-from portal.web.access import is_admin, is_provider_member, nodes_for, user_providers
+from portal.web.access import nodes_for, page_roles, user_providers
 from portal.web.forms import (
     ConfirmForm,
     FloorForm,
@@ -51,7 +52,8 @@ def _preview(node: Node, notice_s: float) -> dict[str, Any]:
 
 def _require_provider(request: HttpRequest) -> None:
     """Provider pages exist only for lab members and admins: anyone else gets a 404, not a hint."""
-    if not (is_admin(request.user) or is_provider_member(request.user)):
+    roles = page_roles(request)
+    if not (roles.admin or roles.provider):
         raise Http404("no provider pages for this user")
 
 
@@ -65,23 +67,19 @@ def _hosted(nodes: QuerySet[Node]) -> dict[int, list[dict[str, Any]]]:
     placements = (
         Placement.objects.filter(node__in=nodes, ended_at__isnull=True)
         .select_related("job", "job__group")
-        .prefetch_related(
-            Prefetch(
-                "job__checkpoints",
-                queryset=Checkpoint.objects.filter(completed_at__isnull=False).order_by("-sequence"),
-                to_attr="done_checkpoints",
-            )
-        )
+        # the newest completed checkpoint's time, in the same query (not every checkpoint of every job)
+        .annotate(last_checkpoint_at=Subquery(
+            Checkpoint.objects.filter(job=OuterRef("job"), completed_at__isnull=False)
+            .order_by("-sequence").values("completed_at")[:1]))
     )
     hosted: dict[int, list[dict[str, Any]]] = {}
     for p in placements:
-        last = p.job.done_checkpoints[0] if p.job.done_checkpoints else None
         hosted.setdefault(p.node_id, []).append(
             {
                 "job": p.job,
                 "gpus": len(p.gpu_indices) or p.job.gpu_count,
                 "since": p.started_at,
-                "last_checkpoint": last.completed_at if last else None,
+                "last_checkpoint": p.last_checkpoint_at,
                 "interval_s": p.job.checkpoint_interval_s,
                 "bandwidth": p.job.checkpoint_bandwidth_bytes_per_s,
             }
@@ -113,7 +111,7 @@ def _node_rows(user: Any) -> list[dict[str, Any]]:
 def provider_home(request: HttpRequest) -> HttpResponse:
     _require_provider(request)
     context = {
-        "all_labs": is_admin(request.user),  # an admin sees every lab's nodes: "Nodes", not "My nodes"
+        "all_labs": page_roles(request).admin,  # an admin sees every lab's nodes: "Nodes", not "My nodes"
         "rows": _node_rows(request.user),
         "reclaims": _reclaims(request.user)[:5],
         "providers": user_providers(request.user),
@@ -217,6 +215,9 @@ def _render_node(
     windows: Any = None,
     status: int = 200,
 ) -> HttpResponse:
+    # GPUs and windows read once for the page: the state panel's count, the lent count, the lending summary and
+    # the settings form all use these (design §10 "CPU per request").
+    prefetch_related_objects([node], "gpus", "lending_windows")
     initial_windows = [
         {"weekday": w.weekday, "start_time": w.start_time, "end_time": w.end_time}
         for w in node.lending_windows.all()
@@ -226,7 +227,8 @@ def _render_node(
     context = {
         "node": node,
         "gpus": node.gpus.all(),
-        "jobs": _hosted(Node.objects.filter(pk=node.pk)).get(node.pk, []),
+        # read only when the page or its fragment shows them
+        "jobs": functools.cache(lambda: _hosted(Node.objects.filter(pk=node.pk)).get(node.pk, [])),
         "floor_form": floor_form,
         "windows": windows,
         "settings_errors": _settings_errors(floor_form, windows),

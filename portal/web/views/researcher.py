@@ -15,23 +15,24 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Q
+from django.db.models import Prefetch, Q, prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
 from portal.core.lifecycle.jobs import TERMINAL
-from portal.core.models import DecisionLog, Job
+from portal.core.models import DecisionLog, Job, Placement
 from portal.core.services import explain
 from portal.core.services import jobs as job_services
-from portal.web.access import is_admin, is_researcher, jobs_for, user_groups
+from portal.web.access import jobs_for, page_roles, user_groups
 from portal.web.forms import JobForm, apply_service_errors
 from portal.web.views.common import render_page, submit_once
 
 
 def _require_researcher(request: HttpRequest) -> None:
-    if not (is_admin(request.user) or is_researcher(request.user)):
+    roles = page_roles(request)
+    if not (roles.admin or roles.researcher):
         raise Http404("no researcher pages for this user")
 
 
@@ -43,13 +44,16 @@ def _job(request: HttpRequest, job_id: int) -> Job:
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
     _require_researcher(request)
-    jobs = jobs_for(request.user).select_related("group", "owner").prefetch_related("placements__node")
+    # Only the open placement (with its node, one query) is shown: not every placement a job ever had.
+    open_placements = Prefetch("placements", Placement.objects.filter(ended_at__isnull=True).select_related("node"),
+                               to_attr="open_placements")
+    jobs = jobs_for(request.user).select_related("group", "owner").prefetch_related(open_placements)
     state = request.GET.get("state", "")
     if state == "live":
         jobs = jobs.exclude(state__in=TERMINAL)
     rows = []
     for job in jobs[:200]:
-        open_placement = next((p for p in job.placements.all() if p.ended_at is None), None)
+        open_placement = job.open_placements[0] if job.open_placements else None
         rows.append({"job": job, "node": open_placement.node if open_placement else None})
     return render_page(
         request, "web/researcher/jobs.html", {"rows": rows, "state": state}, {"jobs": "web/researcher/_jobs.html"}
@@ -89,9 +93,15 @@ class TimelineEntry:
     detail: dict[str, Any]
 
 
-def timeline(job: Job) -> list[TimelineEntry]:
+CHECKPOINT_ROWS = 20  # a run of checkpoints lists its newest this many; "Show all" lists every one
+
+
+def timeline(job: Job, checkpoint_rows: int | None = CHECKPOINT_ROWS) -> list[TimelineEntry]:
     """Placements, checkpoints, reclaims and migrations of one job, newest first; each placement and migration
-    with its reason in plain words from the decision log (``portal.core.services.explain``)."""
+    with its reason in plain words from the decision log (``portal.core.services.explain``).
+
+    A run of consecutive checkpoints lists its newest ``checkpoint_rows`` (``None``: all); only the checkpoints
+    shown have their copies read (design §10 "CPU per request": a long job writes hundreds)."""
     entries = [TimelineEntry(job.submitted_at, "submitted", "Submitted", {"group": job.group.name})]
     placements = list(job.placements.select_related("node", "node__building"))
     migrations = list(job.migrations.select_related("source", "destination", "reclaim", "reclaim__node"))
@@ -100,11 +110,11 @@ def timeline(job: Job) -> list[TimelineEntry]:
         entries.append(TimelineEntry(p.started_at, "placement", f"Placed on {p.node.name}",
                                      {"placement": p, "why": why.placement.get(p.pk),
                                       "interval_why": why.interval.get(p.pk)}))
-    for c in job.checkpoints.prefetch_related("replica_nodes", "transfers__destination").select_related("node"):
+    for c in job.checkpoints.select_related("node"):
         took = (c.completed_at - c.taken_at).total_seconds() if c.completed_at else None
         entries.append(
             TimelineEntry(c.completed_at or c.taken_at, "checkpoint", f"Checkpoint #{c.sequence}",
-                          {"checkpoint": c, "took_s": took, "replicas": list(c.replica_nodes.all())})
+                          {"checkpoint": c, "took_s": took})
         )
     seen_reclaims: set[int] = set()
     for m in migrations:
@@ -125,7 +135,26 @@ def timeline(job: Job) -> list[TimelineEntry]:
                                      {"reason": job.failure_reason}))
     order = {"submitted": 0, "placement": 1, "checkpoint": 2, "reclaim": 3, "migration": 4, "finished": 5}
     entries.sort(key=lambda e: (e.at, order[e.kind]))
-    return _group_checkpoints(entries)[::-1]
+    folded = _group_checkpoints(entries)[::-1]
+    _read_copies(folded, checkpoint_rows)
+    return folded
+
+
+def _read_copies(entries: list[TimelineEntry], checkpoint_rows: int | None) -> None:
+    """Choose the rows each run of checkpoints lists (``shown``, newest first; ``hidden``: how many more) and
+    read the copies (replicas, transfers) of the checkpoints shown, in two queries for the whole timeline."""
+    shown: list[dict[str, Any]] = []
+    for entry in entries:
+        if entry.kind == "checkpoint":
+            shown.append(entry.detail)
+        elif entry.kind == "checkpoints":
+            items = entry.detail["items"][::-1]
+            rows = items if checkpoint_rows is None else items[:checkpoint_rows]
+            entry.detail["shown"], entry.detail["hidden"] = rows, len(items) - len(rows)
+            shown += rows
+    prefetch_related_objects([d["checkpoint"] for d in shown], "replica_nodes", "transfers__destination")
+    for detail in shown:
+        detail["replicas"] = list(detail["checkpoint"].replica_nodes.all())
 
 
 def _group_checkpoints(entries: list[TimelineEntry]) -> list[TimelineEntry]:
@@ -195,10 +224,13 @@ def _waiting(job: Job) -> Callable[[], dict[str, Any] | None]:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job(request, job_id)
     placement = job.placements.filter(ended_at__isnull=True).select_related("node", "node__building").first()
+    all_checkpoints = request.GET.get("checkpoints") == "all"
     context = {
         "job": job,
         "placement": placement,
-        "timeline": functools.cache(lambda: timeline(job)),  # built only when the page or its fragment shows it
+        # built only when the page or its fragment shows it
+        "timeline": functools.cache(lambda: timeline(job, None if all_checkpoints else CHECKPOINT_ROWS)),
+        "all_checkpoints": all_checkpoints,
         "waiting": _waiting(job),
         "p1": p1_inputs(job),
         "can_cancel": job.state not in TERMINAL,

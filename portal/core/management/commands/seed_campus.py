@@ -5,6 +5,10 @@
 simulator's trace generator (``scheduler/sim/tracegen.py``) we add one RTX 3090 so the campus has 54 GPU nodes.
 Three-tier tree: 1 Gbit/s access links, 10 Gbit/s building uplinks to one core switch; rates in bytes/s.
 
+No node gets lending windows (design §9.13): every seeded node is lent at any hour, so the demo places work
+whenever it is shown and the suites that seed this campus never depend on the wall clock. Providers set windows
+per node on their pages.
+
 Idempotent: objects are found by name and only created when missing; existing rows are never changed
 (``--agent-tokens`` is the one explicit exception: it rotates every seeded node's agent token).
 """
