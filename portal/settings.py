@@ -276,6 +276,8 @@ RECLAIMNET = {
     # jobs of seconds), so their default is no floor; the suites that test the floor set it.
     "MIN_CHECKPOINT_INTERVAL_S": env_float("RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S",
                                            0.0 if env_bool("RECLAIMNET_TESTING") else 60.0),
+    # Design §9.13: jobs start leaving a node this long before its lending window ends.
+    "WINDOW_NOTICE_S": env_float("RECLAIMNET_WINDOW_NOTICE_S", 600.0),
     "ALPHA": 1.0,
     "K_MIN": 2,
     "RESERVE_FRACTION": 0.3,

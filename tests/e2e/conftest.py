@@ -60,8 +60,11 @@ def _services_available() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
-    """Start the stack with three agents on loopback; yield {"stack", "nodes": {name: (id, token)}}."""
+def stack(request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
+    """Start the stack with three agents on loopback; yield {"stack", "nodes": {name: (id, token)}}.
+
+    Several modules use it against one test database, so each names its nodes after itself (``e2e-<module>-a1``):
+    a later module's campus never collides with, or counts, an earlier one's nodes."""
     reason = _services_available()
     if reason:
         pytest.skip(reason)
@@ -72,7 +75,8 @@ def stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, An
     with django_db_blocker.unblock():
         st = harness.Stack(workdir, database_url, redis_url)
         st.flush_redis()
-        nodes = harness.make_campus([("e2e-a1", "A"), ("e2e-a2", "A"), ("e2e-b1", "B")])
+        prefix = "e2e-" + request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-") + "-"
+        nodes = harness.make_campus([(f"{prefix}a1", "A"), (f"{prefix}a2", "A"), (f"{prefix}b1", "B")])
         try:
             st.start_portal()
             st.start_worker()
@@ -80,7 +84,7 @@ def stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, An
                 st.start_agent(name, token)
             from portal.core.models import Node
 
-            harness.wait_for(lambda: Node.objects.filter(state="online", name__startswith="e2e-").count() == 3,
+            harness.wait_for(lambda: Node.objects.filter(state="online", name__startswith=prefix).count() == 3,
                              30, what="three agents online")
             yield {"stack": st, "nodes": nodes, "workdir": workdir}
         finally:
