@@ -28,7 +28,8 @@ clients may share one user.
 
 Every API create (jobs, nodes, reclaims) carries a fresh ``Idempotency-Key``; about 10 % are sent a second time
 with the same key and body (a client retry) and the retry must answer the same status and JSON body, else it is
-a replay mismatch (not checked when the first answer was a server error). A web job submit carries the form's
+a replay mismatch (checked only when the first answer was a success: design §8 keeps no key for a refusal or
+a server error, so their retry is a new attempt). A web job submit carries the form's
 hidden ``submit_token`` when the form has one, and then about 10 % are posted twice. Every job and node gets a
 unique name ``load-<run>-<client>-<n>`` so duplicates can be counted afterwards by name. Answers 400/409 are
 what concurrency produces (reclaiming a node another client just reclaimed) and are only counted; 5xx answers
@@ -246,7 +247,9 @@ class _Client:
         if self.rng.random() < RETRY_SHARE:
             self.rec.count("retries")
             second = self.req(op + "_retry", self.api, "POST", path, payload, headers)
-            if 0 < first.status < 500 and not _same(first, second):
+            # Design §8: a success is stored and replayed; a refusal (4xx) keeps no key, so the retry is a new
+            # attempt and may succeed once the state changed (a node lent again meanwhile).
+            if 200 <= first.status < 300 and not _same(first, second):
                 self.rec.mismatch(f"POST {path} first {first.status} {first.body[:150]!r} / retry "
                                   f"{second.status} {second.body[:150]!r}")
         return first
