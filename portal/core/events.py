@@ -300,7 +300,7 @@ def deliver_live(notice: Notice) -> None:
     publish_notice(notice.groups, notice.payload())
 
 
-# Each is called with every notice after its transaction committed. Issue 17 adds mail and webhooks here.
+# Each is called with every notice after its transaction committed; mail and webhook senders join this list.
 DELIVERIES: list[Callable[[Notice], None]] = [deliver_live]
 
 

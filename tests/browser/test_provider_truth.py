@@ -1,4 +1,4 @@
-"""What a provider (and everyone) sees is true and stays true without a reload (issue 16, "user truth"): the node
+"""What a provider (and everyone) sees is true and stays true without a reload: the node
 page's actions follow a reclaim as it completes, lending windows show in the node list, relative times keep
 moving in the server's own words, counts are singular or plural, and no page asks for anything that is not there.
 """

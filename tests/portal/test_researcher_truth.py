@@ -1,4 +1,4 @@
-"""What a researcher sees is true (issue "user truth"): work done moves with real progress (design §9.9), a request
+"""What a researcher sees is true: work done moves with real progress (design §9.9), a request
 no node could ever run is refused at submit naming the field, a command and an image together are refused, the
 request card says "any" for no minimum, and P1's minimum interval reaches the agents (design §2)."""
 

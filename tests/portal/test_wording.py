@@ -1,6 +1,6 @@
 """What people read is plain words: refusals without enum reprs, no "C/B + Tr", singular and plural forms,
 lending windows in a few words, relative times the page keeps moving, where a checkpoint was really copied,
-model names in Django admin, the admin's own labels, a favicon (issue 16, "user truth")."""
+model names in Django admin, the admin's own labels, a favicon."""
 
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ def test_floored_groups_equal_separate_calls(insts: list, floor_s: float) -> Non
 
 
 def test_tiny_checkpoint_is_told_the_floor_not_half_a_second() -> None:
-    """The issue's case: a 2.5 KB checkpoint alone on a 1 Gbit/s budget, one reclaim an hour."""
+    """The case that needs the floor: a 2.5 KB checkpoint alone on a 1 Gbit/s budget, one reclaim an hour."""
     jobs = P1Jobs.build(("toy",), np.array([1 / 3600]), np.array([2500.0]))
     assert plan_checkpoints(jobs, 37.5e6, min_interval_s=0.0).interval_s[0] < 1.0  # the paper's Eq. 9
     plan = plan_checkpoints(jobs, 37.5e6)
