@@ -26,8 +26,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from playwright.sync_api import expect
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# A page that answers in 6 s on a machine loaded by parallel builds is slow, not wrong: assertions that wait for
+# the page to change wait up to 15 s (Playwright's default of 5 s made results depend on the machine's load).
+expect.set_options(timeout=15_000)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"

@@ -8,7 +8,9 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from portal.core.models import Job, Node
+from portal.core.lifecycle import jobs as job_lifecycle
+from portal.core.lifecycle import nodes as node_lifecycle
+from portal.core.models import Job, Node, Placement, ResearchGroup
 
 PHONE = {"width": 390, "height": 844}
 FITS = "document.documentElement.scrollWidth <= window.innerWidth + 1"
@@ -17,8 +19,18 @@ FITS = "document.documentElement.scrollWidth <= window.innerWidth + 1"
 def test_provider_pages_at_phone_width(
     page: Page, login: Callable[[Page, str], None], screenshot: Callable[[Any, str], Any]
 ) -> None:
-    node = Node.objects.filter(provider__name="Vision Lab", placements__ended_at__isnull=True).order_by("name").first()
-    assert node is not None, "the seeded history leaves jobs running on the lab's nodes"
+    # A node of the lab with a job of its own running on it (other browser tests reclaim the seeded ones).
+    node = (Node.objects.filter(provider__name="Vision Lab", state__in=["online", "offline", "registered"])
+            .order_by("name").first())
+    assert node is not None
+    if node.state != "online":
+        node_lifecycle.come_online(node)
+    group = ResearchGroup.objects.get(name="NLP Group")
+    job = Job.objects.create(name="phone-width-job", owner=group.members.first(), group=group,
+                             command="python train.py", gpu_count=1, expected_runtime_s=7200,
+                             ckpt_bytes_estimate=2_000_000_000, restart_s=30)
+    Placement.objects.create(job=job, node=node, gpu_indices=[0])
+    job_lifecycle.start(job)
     page.set_viewport_size(PHONE)
     login(page, "provider")
     for url, what in (("/provider/", "nodes"), (f"/provider/nodes/{node.pk}/", "node"),
