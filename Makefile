@@ -14,7 +14,7 @@ export RECLAIMNET_TESTING_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(T
 help:
 	@echo "make demo   - set up and run the portal on the embedded default (SQLite, in-process scheduler, simulated agents)"
 	@echo "make test   - set up and run the whole suite against PostgreSQL and Redis"
-	@echo "other targets: lint lock bench bench-tick bench-net e2e chaos fuzz-api load load-cpu test-browser evaluate clean"
+	@echo "other targets: lint lock bench bench-tick bench-net bench-notify e2e chaos fuzz-api load load-cpu test-browser evaluate clean"
 
 # pyproject.toml holds the supported ranges; constraints.txt the exact versions tested together (`make lock`).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -43,6 +43,8 @@ demo: venv
 test: venv services
 	@if [ -x scripts/install_kernel_deps.sh ]; then bash scripts/install_kernel_deps.sh; fi
 	@if [ -x scripts/install_browser_deps.sh ]; then bash scripts/install_browser_deps.sh; fi
+	@if [ -x scripts/install_deploy_deps.sh ]; then bash scripts/install_deploy_deps.sh; fi
+	@if [ -x scripts/install_torch_deps.sh ]; then bash scripts/install_torch_deps.sh; fi
 	$(VENV)/bin/ruff check .
 	env $(RECLAIMNET_TESTING_ENV) $(PY) manage.py collectstatic --noinput -v 0
 	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser" --ignore=tests/browser

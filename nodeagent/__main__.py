@@ -1,4 +1,7 @@
-"""``python -m nodeagent --portal URL --token TOKEN`` or ``python -m nodeagent --config agent.json``."""
+"""``reclaimnet-agent --config agent.json`` (or ``python -m nodeagent``); ``--check-config FILE`` only validates.
+
+Exit status: 0 ran / config valid, 2 configuration error (the message names the field), 3 token refused by
+the portal (design §1, §18)."""
 
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ from nodeagent.config import ConfigError, build_config, load_config_file
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m nodeagent", description="ReclaimNet node agent")
+    p = argparse.ArgumentParser(prog="reclaimnet-agent", description="ReclaimNet node agent (design §1, §18)")
     p.add_argument("--config", help="JSON config file (keys as in nodeagent.config.AgentConfig)")
+    p.add_argument("--check-config", dest="check_config", metavar="FILE",
+                   help="validate FILE (with the other options applied), print the result and exit 0 or 2")
     p.add_argument("--portal", help="portal URL, e.g. ws://127.0.0.1:8000/ws/agent/ (http:// accepted)")
     p.add_argument("--token", help="the node's agent token (or token_file / RECLAIMNET_AGENT_TOKEN)")
     p.add_argument("--data-dir", dest="data_dir")
@@ -39,12 +44,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             print("error: --simulate-gpus must be a count or a JSON list", file=sys.stderr)
             return 2
+    config_path = args.check_config or args.config
     try:
-        file_values = load_config_file(args.config) if args.config else {}
-        config = build_config(file_values, overrides)
+        file_values = load_config_file(config_path) if config_path else {}
+        config = build_config(file_values, overrides, strict_token_file=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.check_config:
+        print(f"{args.check_config}: ok (portal {config.portal}, data_dir {config.data_dir}, "
+              f"enforcement {config.enforcement})")
+        return 0
     agent = Agent(config)
 
     async def _run() -> int:

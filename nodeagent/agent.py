@@ -37,8 +37,9 @@ from nodeagent import jobkit
 from nodeagent.config import AgentConfig
 from nodeagent.edge import Edge
 from nodeagent.ended import ended_runs, last_progress
-from nodeagent.inventory import GpuInfo, inventory, utilisation
+from nodeagent.inventory import GpuInfo, inventory, job_utilisation, utilisation_source
 from nodeagent.output import OutputShipper
+from nodeagent.results import ResultsUploader
 from nodeagent.runner import RunningJob, start_job
 from nodeagent.telemetry import EgressSampler
 from nodeagent.transfer import (
@@ -145,6 +146,8 @@ class Agent:
         self._hello_sent_at = -float("inf")  # when a hello was last sent again on a live connection
         self.report_ended = True  # until the first welcome: the hello lists the runs a predecessor left (§9.9)
         self.output = OutputShipper()  # the jobs' stdout+stderr, batched to the portal (design §9.11)
+        # The jobs' output directories and final checkpoints, uploaded over HTTP in the background (design §14).
+        self.results = ResultsUploader(self.data_dir, config.portal, config.token, faults=self.faults)
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -157,6 +160,7 @@ class Agent:
         log.info("data server on %s:%d, %d GPU(s) (%s), edge %s", *self.data_addr, len(self.gpus),
                  "simulated" if self.gpus and self.gpus[0].simulated else "NVML", self.edge.backend_name)
         watcher = asyncio.create_task(self._watch_loop())
+        uploader = asyncio.create_task(self.results.run())  # resumes the uploads a predecessor left (§14)
         outage_started: float | None = None
         slow_attempts = 0
         try:
@@ -181,6 +185,7 @@ class Agent:
                     await asyncio.wait_for(self.stopping.wait(), sleep_s)
         finally:
             watcher.cancel()
+            uploader.cancel()
             await self.receiver.close()
             self.edge.close()
         return 0
@@ -319,13 +324,17 @@ class Agent:
         while True:
             self._seq += 1
             bounded_put(self._beats_sent, str(self._seq), self.clock(), 64)
-            busy = {g for r in self.jobs.values() for g in r.gpus}
+            # Per GPU, and per job the mean over its GPUs (design §15 idle watchdog): NVML, or the simulated load.
+            loads = {g: r.simulated_load() for r in self.jobs.values() for g in r.gpus}
+            per_gpu = utilisation_source(self.gpus).per_gpu(self.gpus, loads)
+            by_job = job_utilisation(self.gpus, per_gpu, {j: r.gpus for j, r in self.jobs.items()})
             await ws.send(json.dumps({
                 "type": "heartbeat",
                 "seq": self._seq,
-                "gpu_util": utilisation(self.gpus, busy),
+                "gpu_util": per_gpu,
                 "egress": self.edge.counters() or self.egress.drain(),
-                "jobs": [{"job_id": int(j), "step": r.step()} for j, r in self.jobs.items() if j.isdigit()],
+                "jobs": [{"job_id": int(j), "step": r.step(), **({"gpu_util": by_job[j]} if j in by_job else {})}
+                         for j, r in self.jobs.items() if j.isdigit()],
             }))
             await asyncio.sleep(self.heartbeat_interval_s)
 
@@ -378,6 +387,7 @@ class Agent:
                 if run.output is not None:
                     exited["output_tail"] = run.output.tail
                 await self.send(exited)
+                self._queue_results(job_id, run, code, final=True)  # after the end is reported (design §14)
         for message in self.output.due(self.jobs, self.pending):  # new output, batched (design §9.11)
             await self.send(message)
 
@@ -388,6 +398,21 @@ class Agent:
                 run.reported_sequences.add(manifest.sequence)
                 self.held.setdefault(job_id, {})[manifest.sequence] = manifest.sha256  # its pruning is reported
                 await self.send(self._checkpoint_message(job_id, manifest))
+                if run.upload_with_checkpoints and run.proc.poll() is None:
+                    self._queue_results(job_id, run, None, final=False)
+
+    def _queue_results(self, job_id: str, run: RunningJob, code: int | None, *, final: bool) -> None:
+        """Queue the upload of the job's output directory (design §14): at each checkpoint when asked, with its
+        newest checkpoint when it ended on its own (completed or failed), and without it when it stopped to be
+        moved (final checkpoint taken, exit 75: this node's working directory stays behind). A job stopped
+        otherwise (cancelled, killed) uploads nothing."""
+        if not run.output_dir:
+            return
+        moving = final and code == jobkit.EXIT_CHECKPOINTED
+        if final and run.stop_reason and not moving:
+            return
+        self.results.enqueue(job_id, run.work_dir, run.output_dir, final=final,
+                             ckpt_dir=run.ckpt_dir if final and not moving else None)
 
     @staticmethod
     def _checkpoint_message(job_id: str, m: jobkit.Manifest) -> dict[str, Any]:
@@ -546,6 +571,9 @@ class Agent:
             gpus=list(msg.get("gpus", [])), interval_s=msg.get("interval_s"),
             next_sequence=int(msg.get("next_sequence", 1)), restore_sequence=restore,
             compat=self._compat(list(msg.get("gpus", []))), kill_with_agent=self.config.kill_jobs_on_agent_exit,
+            output_dir=str(msg.get("output_dir") or ""),
+            upload_with_checkpoints=bool(msg.get("upload_with_checkpoints", False)),
+            extra_env=msg.get("env") if isinstance(msg.get("env"), dict) else None,  # design §16.6: array index
         )
         self.jobs[job_id] = run
         await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": restore,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,12 @@ class AgentConfig:
 
 ENFORCEMENT_MODES = ("auto", "off", "bpf_htb", "bpf_tokenbucket", "htb_u32", "noop")
 _SIM_FIELDS = {f.name for f in fields(SimulatedGpu)}
+# Keys a config file may hold besides AgentConfig's fields.
+EXTRA_KEYS = ("token_file",)
+TOKEN_FILE_ENV = "RECLAIMNET_AGENT_TOKEN_FILE"  # set by the systemd unit's EnvironmentFile (design §18)
+_IFACE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")  # Linux IFNAMSIZ-1, no '/' or whitespace
+
+log = logging.getLogger(__name__)
 
 
 def _parse_gpus(value: Any) -> tuple[SimulatedGpu, ...]:
@@ -63,93 +71,168 @@ def _parse_gpus(value: Any) -> tuple[SimulatedGpu, ...]:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or not set(item) <= _SIM_FIELDS:
             raise ConfigError(f"simulate_gpus[{i}]: expected an object with keys {sorted(_SIM_FIELDS)}")
-        try:
-            gpu = SimulatedGpu(
-                model=str(item.get("model", "SimGPU-24G")),
-                vram_gb=float(item.get("vram_gb", 24.0)),
-                capability=float(item.get("capability", 8.6)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"simulate_gpus[{i}]: {exc}") from exc
-        if gpu.vram_gb <= 0 or gpu.capability <= 0:
-            raise ConfigError(f"simulate_gpus[{i}]: vram_gb and capability must be > 0")
-        out.append(gpu)
+        model = item.get("model", "SimGPU-24G")
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"simulate_gpus[{i}].model: must be a non-empty string")
+        vram_gb = _number(f"simulate_gpus[{i}].vram_gb", item.get("vram_gb", 24.0), low=0, high=4096)
+        capability = _number(f"simulate_gpus[{i}].capability", item.get("capability", 8.6), low=0, high=100)
+        out.append(SimulatedGpu(model=model, vram_gb=vram_gb, capability=capability))
     return tuple(out)
 
 
 def normalise_portal_url(url: str) -> str:
-    """Accept http(s)://host:port[/ws/agent/] and ws(s)://…; return the websocket URL of the agent endpoint."""
+    """Accept ws(s)://host[:port][/path] (http(s):// is read as ws(s)://); return the agent endpoint's URL.
+
+    Refused, naming ``portal``: any other scheme, no host, a bad port, credentials, a query or a fragment (the
+    token travels in a header, never in the URL)."""
     parts = urlsplit(url)
     scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
-    if scheme is None or not parts.netloc:
-        raise ConfigError(f"portal: expected ws://, wss://, http:// or https:// URL, got {url!r}")
+    if scheme is None or not parts.hostname:
+        raise ConfigError(f"portal: expected a ws:// or wss:// URL with a host, got {url!r}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not 0..65535
+    except ValueError as exc:
+        raise ConfigError(f"portal: bad port in {url!r}: {exc}") from exc
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError("portal: must not carry credentials (the token goes in token_file)")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"portal: must not have a query or fragment, got {url!r}")
     path = parts.path if parts.path not in ("", "/") else "/ws/agent/"
     return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
-def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> AgentConfig:
-    """Merge a config file's values with command-line overrides (non-None win) and validate."""
+def _number(key: str, value: Any, *, low: float, high: float, low_open: bool = True,
+            high_open: bool = False) -> float:
+    """A JSON number (not a string, not a boolean), finite, in the range; the error names ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{key}: must be a number, got {type(value).__name__} {value!r}")
+    number = float(value)
+    too_low = number <= low if low_open else number < low
+    too_high = number >= high if high_open else number > high
+    if not math.isfinite(number) or too_low or too_high:  # NaN and inf would stall the loops
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise ConfigError(f"{key}: must be a finite number in {lo}{low:g}, {high:g}{hi}, got {value!r}")
+    return number
+
+
+def _integer(key: str, value: Any, *, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: must be an integer, got {type(value).__name__} {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{key}: must be {low}..{high}, got {value}")
+    return value
+
+
+def _string(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def _path(key: str, value: Any) -> Path:
+    return Path(_string(key, value)).expanduser()
+
+
+def read_token_file(path: Path, *, strict: bool, key: str = "token_file") -> str:
+    """The token in ``path`` (stripped). Readable by anyone but its owner (mode beyond 0600): refused when
+    ``strict`` (the agent's command line), else logged as a warning (design §18)."""
+    try:
+        mode = path.stat().st_mode & 0o777
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc}") from exc
+    if mode & 0o077:
+        message = (f"{key}: {str(path)!r} is mode {mode:04o}, readable by others than its owner; "
+                   f"it must be 0600 (chmod 600 {path})")
+        if strict:
+            raise ConfigError(message)
+        log.warning("%s", message)
+    if not token:
+        raise ConfigError(f"{key}: {str(path)!r} is empty")
+    return token
+
+
+def _token(value: Any, key: str = "token") -> str:
+    if not isinstance(value, str) or not value or any(c.isspace() or not c.isprintable() for c in value):
+        raise ConfigError(f"{key}: must be a non-empty string without whitespace")
+    return value
+
+
+def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *,
+                 strict_token_file: bool = False) -> AgentConfig:
+    """Merge a config file's values with command-line overrides (non-None win) and validate every field.
+
+    Each mistake raises :class:`ConfigError` whose message starts with the field's name: an unknown key, a
+    missing ``portal``/``token``, a wrong type (strings are not numbers, numbers not booleans), a value out
+    of range, a URL that is not ws(s)://, a token file others can read (refused with ``strict_token_file``,
+    which the command line sets; else a warning). Design §1, §18."""
     values = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
-    known = {f.name for f in fields(AgentConfig)} | {"token_file"}
+    known = {f.name for f in fields(AgentConfig)} | set(EXTRA_KEYS)
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError(f"unknown configuration keys: {', '.join(unknown)}")
-    token = values.pop("token", None) or os.environ.get("RECLAIMNET_AGENT_TOKEN")
+        raise ConfigError(f"unknown configuration keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+    token = values.pop("token", None)
     token_file = values.pop("token_file", None)
-    if not token and token_file:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"token_file: cannot read {token_file!r}: {exc}") from exc
-    if not token or not isinstance(token, str):
-        raise ConfigError("token: required (--token, token/token_file in the config, or RECLAIMNET_AGENT_TOKEN)")
+    if token is not None:
+        token = _token(token)
+    elif os.environ.get("RECLAIMNET_AGENT_TOKEN"):
+        token = _token(os.environ["RECLAIMNET_AGENT_TOKEN"], "RECLAIMNET_AGENT_TOKEN")
+    else:
+        source = "token_file"
+        if token_file is None and os.environ.get(TOKEN_FILE_ENV):
+            token_file, source = os.environ[TOKEN_FILE_ENV], TOKEN_FILE_ENV
+        if token_file is not None:
+            token = _token(read_token_file(_path(source, token_file), strict=strict_token_file, key=source), source)
+    if not token:
+        raise ConfigError("token: required (--token, token/token_file in the config, RECLAIMNET_AGENT_TOKEN "
+                          f"or {TOKEN_FILE_ENV})")
     portal = values.pop("portal", None)
-    if not portal or not isinstance(portal, str):
+    if portal is None:
         raise ConfigError("portal: required (--portal URL or portal in the config)")
-    kwargs: dict[str, Any] = {"portal": normalise_portal_url(portal), "token": token}
-    try:
-        for key in ("data_dir", "base_dir"):
-            if key in values:
-                kwargs[key] = Path(values.pop(key)).expanduser()
-        kwargs["simulate_gpus"] = _parse_gpus(values.pop("simulate_gpus", None))
-        for key in ("heartbeat_interval_s", "reconnect_min_s", "reconnect_max_s"):
-            if key in values:
-                kwargs[key] = float(values.pop(key))
-                if not (kwargs[key] > 0 and math.isfinite(kwargs[key])):  # NaN and inf would stall the loops
-                    raise ConfigError(f"{key}: must be a finite number > 0")
-        if kwargs.get("reconnect_min_s", 0.2) > kwargs.get("reconnect_max_s", 10.0):
-            raise ConfigError("reconnect_min_s: must not exceed reconnect_max_s")
-        for key in ("data_port", "max_message_bytes"):
-            if key in values:
-                if isinstance(values[key], bool | float):
-                    raise ConfigError(f"{key}: must be an integer")
-                kwargs[key] = int(values.pop(key))
-        if not 0 <= kwargs.get("data_port", 0) <= 65535:
-            raise ConfigError("data_port: must be 0..65535")
-        if not 1024 <= kwargs.get("max_message_bytes", 64 * 1024) <= 16 * 1024 * 1024:
-            raise ConfigError("max_message_bytes: must be 1024..16777216")
-        for key in ("data_host", "advertise_host", "iface"):
-            if key in values and not (values[key] is None and key != "data_host") and not (
-                isinstance(values[key], str) and values[key]
-            ):
-                raise ConfigError(f"{key}: must be a non-empty string")
-        if "enforcement" in values and values["enforcement"] not in ENFORCEMENT_MODES:
-            raise ConfigError(f"enforcement: must be one of {', '.join(ENFORCEMENT_MODES)}")
-        if "link_capacity_bytes_per_s" in values:
-            kwargs["link_capacity_bytes_per_s"] = float(values.pop("link_capacity_bytes_per_s"))
-            if not (kwargs["link_capacity_bytes_per_s"] > 0 and math.isfinite(kwargs["link_capacity_bytes_per_s"])):
-                raise ConfigError("link_capacity_bytes_per_s: must be > 0")
-        if "kill_jobs_on_agent_exit" in values and not isinstance(values["kill_jobs_on_agent_exit"], bool):
+    kwargs: dict[str, Any] = {"portal": normalise_portal_url(_string("portal", portal)), "token": token}
+
+    for key in ("data_dir", "base_dir"):
+        if key in values:
+            kwargs[key] = _path(key, values.pop(key))
+    kwargs["simulate_gpus"] = _parse_gpus(values.pop("simulate_gpus", None))
+    for key, high in (("heartbeat_interval_s", 300.0), ("reconnect_min_s", 60.0), ("reconnect_max_s", 3600.0)):
+        if key in values:
+            kwargs[key] = _number(key, values.pop(key), low=0.0, high=high)
+    if kwargs.get("reconnect_min_s", 0.2) > kwargs.get("reconnect_max_s", 10.0):
+        raise ConfigError("reconnect_min_s: must not exceed reconnect_max_s")
+    if "data_port" in values:
+        kwargs["data_port"] = _integer("data_port", values.pop("data_port"), low=0, high=65535)
+    if "max_message_bytes" in values:
+        kwargs["max_message_bytes"] = _integer("max_message_bytes", values.pop("max_message_bytes"),
+                                               low=1024, high=16 * 1024 * 1024)
+    if "data_host" in values:
+        kwargs["data_host"] = _string("data_host", values.pop("data_host"))
+    if values.get("advertise_host") is not None:
+        kwargs["advertise_host"] = _string("advertise_host", values.pop("advertise_host"))
+    if values.get("iface") is not None:
+        iface = _string("iface", values.pop("iface"))
+        if not _IFACE_NAME.match(iface):
+            raise ConfigError(f"iface: {iface!r} is not an interface name (1-15 letters, digits, _.:@-)")
+        kwargs["iface"] = iface
+    if "enforcement" in values:
+        if values["enforcement"] not in ENFORCEMENT_MODES:
+            raise ConfigError(f"enforcement: must be one of {', '.join(ENFORCEMENT_MODES)}, "
+                              f"got {values['enforcement']!r}")
+        kwargs["enforcement"] = values.pop("enforcement")
+    if values.get("link_capacity_bytes_per_s") is not None:
+        kwargs["link_capacity_bytes_per_s"] = _number(
+            "link_capacity_bytes_per_s", values.pop("link_capacity_bytes_per_s"), low=0.0, high=1e13)
+    if "kill_jobs_on_agent_exit" in values:
+        if not isinstance(values["kill_jobs_on_agent_exit"], bool):
             raise ConfigError("kill_jobs_on_agent_exit: must be true or false")
-        if "fence_fraction" in values:
-            kwargs["fence_fraction"] = float(values.pop("fence_fraction"))
-            if not 0 < kwargs["fence_fraction"] < 1:  # at or past the timeout the portal may give jobs away first
-                raise ConfigError("fence_fraction: must be in (0, 1)")
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(f"invalid value: {exc}") from exc
-    kwargs.update(values)
+        kwargs["kill_jobs_on_agent_exit"] = values.pop("kill_jobs_on_agent_exit")
+    if "fence_fraction" in values:  # at or past the timeout the portal may give jobs away first
+        kwargs["fence_fraction"] = _number("fence_fraction", values.pop("fence_fraction"), low=0.0, high=1.0,
+                                           high_open=True)
+    for key in ("advertise_host", "iface", "link_capacity_bytes_per_s"):
+        values.pop(key, None)  # an explicit null: the default
+    assert not values, f"unvalidated configuration keys: {sorted(values)}"  # every field has a rule above
     return AgentConfig(**kwargs)
 
 

@@ -367,6 +367,14 @@ class Checkpointer:
         with contextlib.suppress(OSError):
             atomic_write_bytes(self.progress_file, json.dumps({"step": int(step), "t": time.time()}).encode())
 
+    def report_gpu_load(self, pct: float) -> None:
+        """Tell an agent whose GPUs are simulated how hard this job is using them, in percent (design §15: what
+        its idle watchdog reads there; on real GPUs NVML measures it and this is ignored)."""
+        path = os.environ.get("RECLAIMNET_GPU_LOAD_FILE")
+        if path:
+            with contextlib.suppress(OSError):
+                atomic_write_bytes(Path(path), json.dumps({"pct": float(pct)}).encode())
+
     def exit_checkpointed(self) -> None:
         """Exit with :data:`EXIT_CHECKPOINTED` (after a final checkpoint)."""
         raise SystemExit(EXIT_CHECKPOINTED)

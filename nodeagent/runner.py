@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,33 @@ from nodeagent.output import OutputTail
 from nodeagent.transfer import store_dir
 
 PR_SET_PDEATHSIG = 1
+PR_CAP_AMBIENT = 47  # prctl(2) option and its CLEAR_ALL argument (linux/prctl.h)
+PR_CAP_AMBIENT_CLEAR_ALL = 4
 MAX_STEP = 2**63 - 1
 MAX_RESULT_BYTES = 8 * 1024
 AGENT_SECRETS = frozenset({"RECLAIMNET_AGENT_TOKEN"})  # never passed on to a job's environment
+PORTAL_ENV_PREFIX = "RECLAIMNET_ARRAY_"  # the only variables a start_job's ``env`` may set (design §16.6)
 
 
 def _die_with_parent() -> None:
     """In the child: get SIGKILL when the agent dies (a vanished node takes its jobs with it)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _drop_ambient_capabilities() -> None:
+    """In the child: clear the ambient capabilities the agent's unit grants it for tc and BPF (design §18), so a
+    job never inherits CAP_NET_ADMIN, CAP_BPF or CAP_SYS_ADMIN across its exec."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+
+def _child_setup(kill_with_agent: bool) -> Callable[[], None]:
+    def setup() -> None:
+        _drop_ambient_capabilities()
+        if kill_with_agent:
+            _die_with_parent()
+    return setup
 
 
 def resolve_command(command: str, base_dir: Path) -> list[str]:
@@ -58,6 +77,8 @@ class RunningJob:
     reported_sequences: set[int] = field(default_factory=set)
     stop_reason: str = ""
     output: OutputTail | None = None  # this run's stdout+stderr, read from job.log (None: not captured)
+    output_dir: str = ""  # design §14: uploaded to the portal (relative to work_dir; "" for none)
+    upload_with_checkpoints: bool = False  # ... also after each checkpoint, not only when the job ends
 
     @property
     def progress_file(self) -> Path:
@@ -77,6 +98,19 @@ class RunningJob:
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, OverflowError):
             return min(max(0, int(json.loads(self.progress_file.read_text()).get("step", 0))), MAX_STEP)
         return 0
+
+    @property
+    def gpu_load_file(self) -> Path:
+        return self.work_dir / "gpu_load.json"
+
+    def simulated_load(self) -> float:
+        """The GPU load (percent) the job says it puts on its simulated GPUs (``jobkit.report_gpu_load``; design
+        §15): 100 while it has said nothing, as any job holding a simulated GPU counted before."""
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            pct = float(json.loads(self.gpu_load_file.read_text()).get("pct", 100.0))
+            if pct == pct:  # not NaN
+                return min(100.0, max(0.0, pct))
+        return 100.0
 
     def result(self) -> dict[str, Any]:
         with contextlib.suppress(OSError, ValueError, TypeError):
@@ -113,6 +147,9 @@ def start_job(
     restore_sequence: int | None,
     compat: dict[str, str],
     kill_with_agent: bool,
+    output_dir: str = "",
+    upload_with_checkpoints: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> RunningJob:
     """Start a job process in ``<data>/jobs/<id>/work`` with its checkpoints in ``<data>/ckpt/<id>``."""
     ckpt_dir = store_dir(data_dir, job_id)  # checks job_id is one safe path component
@@ -121,6 +158,7 @@ def start_job(
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     prepare_restore(ckpt_dir, restore_sequence)
     (work_dir / "result.json").unlink(missing_ok=True)
+    (work_dir / "gpu_load.json").unlink(missing_ok=True)  # a new run says its own load
     env = {
         **{k: v for k, v in os.environ.items() if k not in AGENT_SECRETS},  # the job must not learn the node token
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
@@ -131,9 +169,13 @@ def start_job(
         "RECLAIMNET_CONTROL_FILE": str(work_dir / "control.json"),
         "RECLAIMNET_PROGRESS_FILE": str(work_dir / "progress.json"),
         "RECLAIMNET_RESULT_FILE": str(work_dir / "result.json"),
+        "RECLAIMNET_GPU_LOAD_FILE": str(work_dir / "gpu_load.json"),
         "RECLAIMNET_COMPAT": json.dumps(compat),
         "PYTHONUNBUFFERED": "1",
     }
+    # What the portal adds about the job (design §16.6: RECLAIMNET_ARRAY_ID, RECLAIMNET_ARRAY_INDEX); only its
+    # own RECLAIMNET_ARRAY_* names, so a command cannot change the variables above or the job's PATH.
+    env.update({str(k): str(v) for k, v in (extra_env or {}).items() if str(k).startswith(PORTAL_ENV_PREFIX)})
     if interval_s:
         env["RECLAIMNET_CKPT_INTERVAL_S"] = str(interval_s)
         jobkit.atomic_write_bytes(work_dir / "control.json", json.dumps({"interval_s": interval_s}).encode())
@@ -152,7 +194,7 @@ def start_job(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: signals reach a gang job's workers too
-            preexec_fn=_die_with_parent if kill_with_agent else None,
+            preexec_fn=_child_setup(kill_with_agent),
         )
     except BaseException:
         output.close()
@@ -161,4 +203,5 @@ def start_job(
         log_file.close()
     reported = {m.sequence for m in jobkit.list_manifests(ckpt_dir)}
     return RunningJob(job_id=str(job_id), gpus=list(gpus), proc=proc, work_dir=work_dir, ckpt_dir=ckpt_dir,
-                      reported_sequences=reported, output=output)
+                      reported_sequences=reported, output=output, output_dir=output_dir,
+                      upload_with_checkpoints=upload_with_checkpoints)

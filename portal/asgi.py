@@ -41,7 +41,8 @@ _reads, _writes = settings.RECLAIMNET_HTTP_CONCURRENCY, settings.RECLAIMNET_HTTP
 django_http_app = PortalHttpHandler(threads=_reads + _writes if _reads > 0 and _writes > 0 else 32)
 http_application = ConcurrencyLimit(django_http_app, settings.RECLAIMNET_HTTP_CONCURRENCY,
                                     settings.RECLAIMNET_HTTP_QUEUE_TIMEOUT_S, settings.RECLAIMNET_DB_BUSY_RETRY_AFTER_S,
-                                    write_limit=settings.RECLAIMNET_HTTP_WRITE_CONCURRENCY)
+                                    write_limit=settings.RECLAIMNET_HTTP_WRITE_CONCURRENCY,
+                                    write_limit_under_reads=settings.RECLAIMNET_HTTP_WRITE_CONCURRENCY_UNDER_READS)
 application = ProtocolTypeRouter({"http": http_application, "websocket": URLRouter(websocket_urlpatterns)})
 
 

@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "portal.core",
     "portal.control",
     "portal.web",
+    "portal.notify",
+    "portal.queue",
 ]
 
 MIDDLEWARE = [
@@ -113,6 +115,9 @@ RECLAIMNET_DB_BUSY_RETRY_AFTER_S = env_int("RECLAIMNET_DB_BUSY_RETRY_AFTER_S", 2
 # consumers (agents, live pages). 0: no bound.
 RECLAIMNET_HTTP_CONCURRENCY = env_int("RECLAIMNET_HTTP_CONCURRENCY", 6)
 RECLAIMNET_HTTP_WRITE_CONCURRENCY = env_int("RECLAIMNET_HTTP_WRITE_CONCURRENCY", 6)
+# Reads go first (docs/design.md §10): while a read is inside or waiting, only this many writes are let in (a
+# write that waited half the queue timeout is let in up to the write limit whatever the reads).
+RECLAIMNET_HTTP_WRITE_CONCURRENCY_UNDER_READS = env_int("RECLAIMNET_HTTP_WRITE_CONCURRENCY_UNDER_READS", 2)
 RECLAIMNET_HTTP_QUEUE_TIMEOUT_S = env_float("RECLAIMNET_HTTP_QUEUE_TIMEOUT_S", 30.0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded default takes concurrent writes (docs/design.md §8): WAL lets readers run beside the one
@@ -149,6 +154,29 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+
+# --- Job results (docs/design.md §14) ------------------------------------------------------------------------
+# Files a job's agent uploads (its output directory, its final checkpoint), kept through the ``results`` storage:
+# atomic files under MEDIA_ROOT/results, or an S3-compatible bucket (pip install 'reclaimnet[s3]').
+MEDIA_ROOT = Path(env_str("RECLAIMNET_MEDIA_ROOT", str(BASE_DIR / "media")) or BASE_DIR / "media")
+RECLAIMNET_RESULTS_STAGING_DIR = Path(env_str("RECLAIMNET_RESULTS_STAGING_DIR", "") or MEDIA_ROOT / "results-staging")
+RECLAIMNET_RESULTS_GROUP_CAP_BYTES = env_int("RECLAIMNET_RESULTS_GROUP_CAP_BYTES", 50 * 2**30)
+RECLAIMNET_RESULTS_KEEP_DAYS = env_float("RECLAIMNET_RESULTS_KEEP_DAYS", 30.0)
+# a node may upload a job's results while its placement is open and this long after it ended (design §14)
+RECLAIMNET_RESULTS_UPLOAD_WINDOW_S = env_float("RECLAIMNET_RESULTS_UPLOAD_WINDOW_S", 6 * 3600.0)
+RECLAIMNET_RESULTS_S3_BUCKET = env_str("RECLAIMNET_RESULTS_S3_BUCKET", "") or ""
+if RECLAIMNET_RESULTS_S3_BUCKET:
+    STORAGES["results"] = {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": {
+        "bucket_name": RECLAIMNET_RESULTS_S3_BUCKET,
+        "endpoint_url": env_str("RECLAIMNET_RESULTS_S3_ENDPOINT_URL", "") or None,
+        "access_key": env_str("RECLAIMNET_RESULTS_S3_ACCESS_KEY", "") or None,
+        "secret_key": env_str("RECLAIMNET_RESULTS_S3_SECRET_KEY", "") or None,
+        "region_name": env_str("RECLAIMNET_RESULTS_S3_REGION", "") or None,
+        "location": env_str("RECLAIMNET_RESULTS_S3_PREFIX", "results") or "",
+        "file_overwrite": True, "default_acl": None, "querystring_auth": True}}
+else:
+    STORAGES["results"] = {"BACKEND": "portal.core.results_storage.AtomicFileSystemStorage",
+                           "OPTIONS": {"location": str(MEDIA_ROOT / "results")}}
 
 # --- REST API ---------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -253,8 +281,12 @@ CELERY_TASK_ROUTES = {
         "control.release_reclaims", "control.stop_cancelled_job", "control.node_lent_again", "control.reconcile")},
     "control.tick": {"queue": "tick"},
     "control.place_job": {"queue": "placement"},
+    "control.place_queued": {"queue": "placement"},
     "control.presync_checkpoint": {"queue": "placement"},
     "control.housekeeping": {"queue": "housekeeping"},
+    # Mail and webhooks (docs/design.md §12): a slow receiver only ever holds this queue's workers.
+    **{name: {"queue": "notifications"} for name in (
+        "notify.fan_out", "notify.deliver", "notify.send_digests", "notify.watch")},
 }
 # Beat also runs the outbox relay (portal/beat.py): requests and consumers never talk to the broker.
 CELERY_BEAT_SCHEDULER = "portal.beat:RelayingScheduler"
@@ -298,12 +330,47 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 600.0,
         "options": {"expires": 600.0},
     },
+    "notify-digest": {  # the digest mail of the events people chose to read in bulk (docs/design.md §12)
+        "task": "notify.send_digests",
+        "schedule": env_float("RECLAIMNET_NOTIFY_DIGEST_PERIOD_S", 3600.0),
+        "options": {"expires": 600.0},
+    },
+    "notify-watch": {  # loss budgets turning at risk (docs/design.md §12)
+        "task": "notify.watch",
+        "schedule": 30.0,
+        "options": {"expires": 30.0},
+    },
     "control-reconcile": {  # redo steps whose task was lost (docs/design.md §9.6)
         "task": "control.reconcile",
         "schedule": env_float("RECLAIMNET_RECONCILE_PERIOD_S", 5.0),
         "options": {"expires": env_float("RECLAIMNET_RECONCILE_PERIOD_S", 5.0)},
     },
 }
+
+# --- Notifications: mail and webhooks (docs/design.md §12) ---------------------------------------------------
+# Mail goes through SMTP when EMAIL_HOST is set; otherwise it is stored in the database and shown to admins on
+# /notify/mail/ (the embedded demo has no mail server).
+EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "ReclaimNet <reclaimnet@localhost>")
+EMAIL_BACKEND = ("django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST
+                 else "portal.notify.mail.DatabaseBackend")
+RECLAIMNET_NOTIFY = {
+    "SMTP_TIMEOUT_S": env_float("RECLAIMNET_NOTIFY_SMTP_TIMEOUT_S", 10.0),
+    "WEBHOOK_TIMEOUT_S": env_float("RECLAIMNET_NOTIFY_WEBHOOK_TIMEOUT_S", 5.0),
+    "MAX_ATTEMPTS": env_int("RECLAIMNET_NOTIFY_MAX_ATTEMPTS", 6),
+    "RETRY_BASE_S": env_float("RECLAIMNET_NOTIFY_RETRY_BASE_S", 5.0),  # 5, 10, 20, 40, 80 s …
+    "RETRY_MAX_S": env_float("RECLAIMNET_NOTIFY_RETRY_MAX_S", 900.0),
+    "OWNER_USE_UTIL_PCT": env_float("RECLAIMNET_NOTIFY_OWNER_USE_UTIL_PCT", 50.0),
+    "PUBLIC_URL": (env_str("RECLAIMNET_PUBLIC_URL", "") or "").rstrip("/"),  # links in mail; "" = paths only
+    # Webhooks to loopback, private, link-local … addresses are refused unless allowed (design §12); the test
+    # suite's receivers listen on 127.0.0.1 (tests/notify/test_targets.py proves the refusal with it off).
+    "ALLOW_PRIVATE_WEBHOOKS": env_bool("RECLAIMNET_NOTIFY_ALLOW_PRIVATE_WEBHOOKS", env_bool("RECLAIMNET_TESTING")),
+}
+EMAIL_TIMEOUT = RECLAIMNET_NOTIFY["SMTP_TIMEOUT_S"]
 
 # The admin dashboard's numbers are computed at most once per this many seconds for the whole deployment and
 # shared through the cache (portal/web/dashboard.py build); a refresh under way may serve the previous result

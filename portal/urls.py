@@ -9,6 +9,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 
 from portal.core.metrics import metrics_view
+from portal.web.views import loans as loans_views
 
 
 def favicon(request: HttpRequest) -> HttpResponse:
@@ -22,5 +23,9 @@ urlpatterns = [
     path("api/", include("portal.core.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),
+    path("notify/", include("portal.notify.urls")),  # mail, webhooks, preferences (design §12)
+    path("jobs/arrays/", include("portal.queue.urls")),  # design §16.6
+    path("ladder/", loans_views.ladder_page, name="ladder"),  # design §15
+    path("jobs/<int:job_id>/resume/", loans_views.job_resume, name="job-resume"),  # design §15
     path("", include("portal.web.urls")),
 ]

@@ -455,3 +455,49 @@ def interval_words(
         text += (f" Your loss budget of {human_duration(loss_budget_s)} cannot be met at this bandwidth: the job "
                  f"checkpoints as often as the link allows.")
     return text
+
+
+# --- the fair queue (design §16.6) --------------------------------------------------------------------------------
+
+QUEUE_REASONS = ("over_quota", "dependency", "array_throttle", "reserved", "behind_others")
+
+
+def queue_reason_words(reason: str, *, core_reason: str = "", group: str = "", max_gpus: float | None = None,
+                       max_gpu_hours_30d: float | None = None, used_gpu_hours_30d: float = 0.0,
+                       node: str | None = None, parents: Sequence[int] = ()) -> str:
+    """Why the fair queue holds a job back, in one sentence (``reason``: one of :data:`QUEUE_REASONS`;
+    ``core_reason``: ``scheduler.queue``'s finer reason)."""
+    if reason == "over_quota":
+        limits = []
+        if max_gpus is not None and math.isfinite(max_gpus):
+            limits.append(f"{_plural(int(max_gpus), 'GPU')} at once")
+        if max_gpu_hours_30d is not None and math.isfinite(max_gpu_hours_30d):
+            limits.append(f"{max_gpu_hours_30d:g} GPU-hours in 30 days, {used_gpu_hours_30d:.1f} used")
+        limit = f" ({_join(limits)})" if limits else ""
+        return (f"Its group {group} is at its quota{limit}: it starts when the group's usage falls, or on GPUs "
+                f"no job within its quota can use.")
+    if reason == "dependency":
+        which = f" ({_join([f'job {p}' for p in parents])})" if parents else ""
+        return f"It waits for the jobs it depends on{which} to end."
+    if reason == "array_throttle":
+        return "Its array already runs as many tasks as its throttle allows; it starts when one of them ends."
+    if reason == "reserved":
+        where = f" on {node}" if node else ""
+        if core_reason == "reserved":
+            return (f"It is next: GPUs{where} are kept free for it as they come free, and smaller jobs start "
+                    f"before it only where they end in time.")
+        return (f"GPUs{where} are reserved for a job of higher priority; jobs that end before it would start may "
+                f"still use the gap.")
+    if reason == "behind_others":
+        if core_reason == "preempting":
+            return "Jobs running beyond their group's quota are being checkpointed to make room for it."
+        return "Every node that fits it is busy; jobs of higher priority are ahead of it."
+    return ""
+
+
+def with_queue_words(campus_text: str, queue_text: str, fits_now: int) -> str:
+    """The waiting reason with the queue's sentence first; the campus's words are kept only when they say why
+    it does not fit (when it fits somewhere now, the queue is the whole reason)."""
+    if not queue_text:
+        return campus_text
+    return queue_text if fits_now > 0 else f"{queue_text} {campus_text}"

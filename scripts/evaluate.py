@@ -27,6 +27,7 @@ from hazard_drift import reconvergence  # scripts/, beside this file
 
 from scheduler.estimators import adaptivity_gap
 from scheduler.p1 import optimal_interval_s
+from scheduler.sim import queuebench
 from scheduler.sim.adapters import EXTERNAL, load_external
 from scheduler.sim.engine import Simulator
 from scheduler.sim.metrics import summarise
@@ -481,7 +482,10 @@ def main(argv: list[str] | None = None) -> int:
                         "strict_loss": strict["work_lost_gpu_h"], "hazard_rows": hazard_rows,
                         "vs_static_budget": _pct_below(rn["work_lost_gpu_h"],
                                                        main_rows["static-budget"]["work_lost_gpu_h"]),
-                        "reserve": main_rows["reclaimnet-reserve"]})
+                        "reserve": main_rows["reclaimnet-reserve"],
+                        # design §16.5: the fair queue beside fifo, per group
+                        "queue_rows": queuebench.report_rows(*queuebench.run(
+                            queuebench.QUICK if args.quick else queuebench.BENCH))})
     d0 = drift_rows[0]
     print(f"\nTheorem 2 adaptivity gap ({GAP_CKPT_BYTES[0] / 1e6:g} MB job): predicted {100 * predicted:.2f}%, "
           f"measured {100 * measured:.2f}%; hazard re-convergence after the 1.7x step at {d0['hazard_per_node_h']}/h: "

@@ -14,7 +14,7 @@ give_up() { say "$*"; if [ "$strict" = 1 ]; then exit 1; fi; exit 0; }
 
 command -v dpkg-query >/dev/null 2>&1 || give_up "not a Debian system (no dpkg-query); nothing installed"
 arch="$(dpkg --print-architecture)"
-pkgs=(python3-bpfcc bpfcc-tools "linux-headers-${arch}" iperf3 iproute2 iputils-ping ethtool iptables nftables)
+pkgs=(python3-bpfcc bpfcc-tools "linux-headers-${arch}" iperf3 iproute2 iputils-ping ethtool iptables nftables libcap2-bin)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -2,7 +2,7 @@
 
 pyproject.toml keeps ranges (what the code supports); constraints.txt pins the set tested together, and the
 Makefile installs with it, so a fresh machine gets the versions CI passed with. Run it in the project's venv
-after changing a dependency (`make lock`): it walks the requirement closure of ``reclaimnet[dev]`` and writes
+after changing a dependency (`make lock`): it walks the requirement closure of ``reclaimnet[dev,torch]`` and writes
 the installed version of each package in it.
 """
 
@@ -45,10 +45,11 @@ def closure(root: str, extras: set[str]) -> dict[str, str]:
 
 
 def main() -> int:
-    pins = closure("reclaimnet", {"dev"})
+    pins = closure("reclaimnet", {"dev", "torch"})  # the torch extra is what `make test` installs (design §17)
     lines = ["# Exact versions tested together (scripts/lock_constraints.py; `make lock` rewrites it).",
              "# pyproject.toml keeps the supported ranges; the Makefile installs with `-c constraints.txt`."]
-    lines += [f"{name}=={version}" for name, version in sorted(pins.items())]
+    # A local version label (torch's "+cpu") names the build, not the release: the pin is the release.
+    lines += [f"{name}=={version.split('+')[0]}" for name, version in sorted(pins.items())]
     (REPO / "constraints.txt").write_text("\n".join(lines) + "\n")
     print(f"constraints.txt: {len(pins)} packages pinned")
     return 0

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+if not BPF_DIR.is_dir():  # installed as reclaimnet-agent: the same sources ride along as nodeagent/bpf (design §18)
+    BPF_DIR = Path(__file__).resolve().parents[1] / "bpf"
 HEADER = BPF_DIR / "reclaimnet.h"
 
 _DEFINE = re.compile(r"^#define\s+(RN_[A-Z0-9_]+)\s+(0x[0-9a-fA-F]+|\d+)\b", re.MULTILINE)

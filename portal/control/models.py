@@ -11,6 +11,7 @@ import hashlib
 import secrets
 import uuid
 
+from django.core.validators import MinValueValidator
 from django.db import models
 
 
@@ -293,3 +294,103 @@ class LinkServer(models.Model):
 
     def __str__(self) -> str:
         return f"link server {self.name} (serving since {self.serving_since:%H:%M:%S})"
+
+
+# --- loans: the ladder, the idle watchdog and the loan timer (design §15) --------------------------------------
+
+
+class LoanEnd(models.TextChoices):
+    """Where a job goes when its loan runs out (design §15)."""
+
+    SUSPEND = "suspend", "suspended until its owner resumes it"
+    REQUEUE = "requeue", "put back in the queue"
+
+
+class ClassPolicy(models.Model):
+    """One rung of the ladder (design §15): what a job of this priority class may borrow and for how long.
+
+    Read only through :func:`portal.control.loans_policy.class_policies` (cached per tick and per request).
+    The migration that creates the table seeds one row per class; admins edit them in the Django admin.
+    """
+
+    priority_class = models.CharField(max_length=16, unique=True, choices=[
+        ("interactive", "interactive"), ("standard", "standard"), ("best_effort", "best effort")])
+    rank = models.PositiveSmallIntegerField(default=0, help_text="order on the ladder (0 first)")
+    summary = models.CharField(max_length=200, blank=True, default="", help_text="what the class is for")
+    max_gpus_per_job = models.PositiveSmallIntegerField(null=True, blank=True,
+                                                        help_text="GPUs one job may borrow (empty: no limit)")
+    max_loan_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(60)],
+                                   help_text="seconds a job may hold its GPUs per loan (empty: no limit)")
+    loan_end = models.CharField(max_length=8, choices=LoanEnd.choices, default=LoanEnd.SUSPEND,
+                                help_text="what happens to a job whose loan ran out")
+    idle_watch = models.BooleanField(default=True, help_text="the idle watchdog may release its jobs")
+    idle_limit_s = models.FloatField(default=1800.0, validators=[MinValueValidator(60)],
+                                     help_text="seconds with no GPU use and no progress before the warning")
+    notice_s = models.FloatField(default=600.0, validators=[MinValueValidator(0)],
+                                 help_text="seconds between the warning and the release")
+    grace_s = models.FloatField(default=120.0, validators=[MinValueValidator(0)],
+                                help_text="seconds the job gets to write its final checkpoint when released")
+
+    class Meta:
+        ordering = ["rank", "priority_class"]
+        verbose_name = "class policy"
+        verbose_name_plural = "class policies"
+
+    def __str__(self) -> str:
+        return f"policy of {self.get_priority_class_display()}"
+
+
+class JobActivity(models.Model):
+    """What the watchdog and the loan timer know of one job (design §15), written with the heartbeats in a fixed
+    number of statements (``portal.control.activity.record_activity``)."""
+
+    job = models.OneToOneField("core.Job", on_delete=models.CASCADE, primary_key=True, related_name="activity")
+    gpu_util_pct = models.FloatField(null=True, blank=True, help_text="newest report: mean over its GPUs")
+    step = models.BigIntegerField(default=0, help_text="the step at the newest report")
+    reported_at = models.DateTimeField(null=True, blank=True)
+    busy_at = models.DateTimeField(null=True, blank=True, help_text="last time it showed use")
+    held_s = models.FloatField(default=0.0, help_text="seconds it has held its GPUs in this loan")
+    warning = models.CharField(max_length=8, blank=True, default="", help_text="'idle' or 'loan' when warned")
+    warned_at = models.DateTimeField(null=True, blank=True)
+    release_at = models.DateTimeField(null=True, blank=True, help_text="when the warned release is due")
+
+    class Meta:
+        verbose_name = "job activity"
+        verbose_name_plural = "job activities"
+
+    def __str__(self) -> str:
+        return f"activity of job {self.job_id}"
+
+
+class EvictionPhase(models.TextChoices):
+    DRAINING = "draining", "writing its final checkpoint"
+    RELEASED = "released", "released after its final checkpoint"
+    FORCED = "forced", "released at the deadline without a final checkpoint"
+    SUPERSEDED = "superseded", "overtaken: its node was reclaimed or the job ended first"
+
+
+class Eviction(models.Model):
+    """One job taken off its node with a final checkpoint (design §15): by the idle watchdog, the loan timer or
+    over-quota preemption; ``portal.control.reclaim.evict`` moves it draining → released | forced, once."""
+
+    job = models.ForeignKey("core.Job", on_delete=models.CASCADE, related_name="evictions")
+    migration = models.OneToOneField("core.Migration", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="eviction")
+    node = models.ForeignKey("core.Node", null=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.CharField(max_length=32)
+    then = models.CharField(max_length=8, choices=LoanEnd.choices)
+    announce = models.BooleanField(default=True)
+    phase = models.CharField(max_length=16, choices=EvictionPhase.choices, default=EvictionPhase.DRAINING)
+    requested_at = models.DateTimeField()
+    deadline_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    work_lost_s = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["job"], condition=models.Q(finished_at__isnull=True),
+                                               name="one_open_eviction_per_job")]
+        indexes = [models.Index(fields=["phase", "deadline_at"])]
+
+    def __str__(self) -> str:
+        return f"eviction of job {self.job_id} ({self.reason})"

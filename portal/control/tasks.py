@@ -64,7 +64,14 @@ def reconcile() -> dict[str, int]:
 
 @shared_task(name=Task.PLACE_JOB, ignore_result=True, **RETRY)
 def place_job(job_id: int) -> str:
-    return ticks.place_job(job_id)
+    """A submit's placement: joins the pending placement pass, or queues one (design §10)."""
+    return ticks.request_placement(job_id)
+
+
+@shared_task(name=Task.PLACE_QUEUED, ignore_result=True, **RETRY)
+def place_queued() -> int:
+    """One placement pass: every queued job, in queue order, on one campus read."""
+    return ticks.placement_pass()
 
 
 @shared_task(name=Task.RUN_RECLAIM, ignore_result=True, **RETRY)

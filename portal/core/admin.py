@@ -236,3 +236,31 @@ class JobOutputChunkAdmin(AppendOnlyAdmin):
     list_display = ["job", "start_offset", "end_offset"]
     search_fields = ["job__name", "text"]
     list_select_related = ["job"]
+
+
+@admin.register(m.GroupResultsCap)
+class GroupResultsCapAdmin(admin.ModelAdmin):
+    """A research group's cap on the job results it keeps on the portal (design §14); without a row the
+    settings default RECLAIMNET_RESULTS_GROUP_CAP_BYTES applies."""
+
+    list_display = ["group", "cap_bytes"]
+    list_select_related = ["group"]
+    search_fields = ["group__name"]
+
+
+@admin.register(m.JobResults)
+class JobResultsAdmin(AppendOnlyAdmin):
+    """A job's results as its agent uploaded them (design §14); read here, written by the upload endpoint."""
+
+    list_display = ["job", "state", "total_bytes", "refused_reason", "updated_at"]
+    list_filter = ["state"]
+    search_fields = ["job__name"]
+    list_select_related = ["job"]
+
+
+@admin.register(m.JobResultFile)
+class JobResultFileAdmin(AppendOnlyAdmin):
+    list_display = ["job", "kind", "path", "size_bytes", "sha256", "uploaded_at"]
+    list_filter = ["kind"]
+    search_fields = ["job__name", "path"]
+    list_select_related = ["job"]

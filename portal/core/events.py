@@ -19,6 +19,7 @@ Audiences: ``researchers`` — the members of the job's research group (the owne
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -85,6 +86,8 @@ class Notice:
     owner_id: int | None
     url: str
     at: str
+    # What it is about, as JSON-safe ids and names (mail and webhooks, design §12); not sent to browsers.
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "audience": self.audience, "level": self.level,
@@ -168,8 +171,15 @@ def _warned(f: Facts, subject: str) -> str | None:
     dest = _model(Node, f.get("destination"))
     where = f"move to {dest.name}" if dest is not None else "move to another node"
     why = "its lending window ends" if reclaim.kind == "window" else "its lab is taking the node back"
+    # What the notice allows (design §12): the plan's expected loss and how long leaving takes (C/b + T_r).
+    loss_s, leave_s = f.get("expected_loss_s"), f.get("leave_s")
+    away = f", about {duration(leave_s)} to checkpoint, copy and restart" if leave_s else ""
+    if loss_s:
+        allows = f"expected loss {duration(loss_s)}{away}"
+    else:
+        allows = "no work should be lost" + (f" (expected loss 0 s{away})" if loss_s is not None else "")
     return (f"{subject} must leave {reclaim.node.name} by {clock(reclaim.deadline_at)}: {why}. It will "
-            f"checkpoint and {where}; no work should be lost.")
+            f"checkpoint and {where}; {allows}.")
 
 
 def _moved(f: Facts, subject: str) -> str | None:
@@ -253,6 +263,117 @@ def _node_lost(f: Facts, subject: str) -> str | None:
     return f"{subject} was lost: no heartbeat for {timeout}{resumed}."
 
 
+def _dependency_cancelled(f: Facts, subject: str) -> str:
+    parent = f"job {f.get('parent')} “{f.get('parent_name', '')}”"
+    how = "failed" if f.get("parent_state") == "failed" else "was cancelled"
+    return f"{subject} was cancelled: it was to run after {parent} completed, and that job {how}."
+
+
+def _array_subject(f: Facts, subject: str) -> str:
+    """"Your array “sweep” (50 tasks)" / "Array “sweep” (50 tasks) of alice" (the fair queue's arrays, §16.6)."""
+    size = count(int(f.get("array_size") or 0), "task", "tasks")
+    if subject.startswith("Your ") or f.job is None:
+        return f"{'Your array' if subject.startswith('Your ') else 'Array'} “{f.get('array_name', '')}” ({size})"
+    return f"Array “{f.get('array_name', '')}” ({size}) of {f.job.owner.get_username()}"
+
+
+def _array_counts(counts: dict[str, int]) -> str:
+    order = ("completed", "failed", "cancelled")
+    parts = [f"{counts[s]} {s}" for s in order if counts.get(s)]
+    parts += [f"{n} {s}" for s, n in sorted(counts.items()) if s not in order and n]
+    return ", ".join(parts) or "no tasks"
+
+
+def _array_dependency_cancelled(f: Facts, subject: str) -> str:
+    how = "failed" if f.get("parent_state") == "failed" else "was cancelled"
+    text = (f"{_array_subject(f, subject)}: {f.get('cancelled')} cancelled because job {f.get('parent')} "
+            f"“{f.get('parent_name', '')}” {how}")
+    if f.get("others"):
+        text += f" (and {count(int(f.get('others')), 'other job', 'other jobs')} they needed did not complete)"
+    ended = f.get("ended_counts")
+    return text + (f". The array has ended: {_array_counts(ended)}." if ended else ".")
+
+
+def _array_finished(f: Facts, subject: str) -> str:
+    return f"{_array_subject(f, subject)} has ended: {_array_counts(f.get('counts') or {})}."
+
+
+def _preempted(f: Facts, subject: str) -> str:
+    return (f"{subject} was checkpointed and put back in the queue: its group is over its quota and a job "
+            "within its own group's quota needed the GPUs. It resumes from the checkpoint when it fits again.")
+
+
+def _budget_at_risk(f: Facts, subject: str) -> str | None:
+    job = f.job
+    if job is None or not job.loss_budget_s:
+        return None
+    return (f"Job “{job.name}” of {job.owner.get_username()} on {subject} may lose more than its loss budget of "
+            f"{duration(job.loss_budget_s)}: its node's checkpoint bandwidth cannot checkpoint it often enough "
+            "(it checkpoints as often as the bandwidth allows).")
+
+
+def _owner_using_gpu(f: Facts, subject: str) -> str | None:
+    gpus = f.get("gpus") or []
+    if not gpus:
+        return None
+    which = ", ".join(f"GPU {g['index']} ({g['util_pct']:.0f}%)" for g in gpus)
+    return (f"{subject} is lent, but {which} {'is' if len(gpus) == 1 else 'are'} busy with no borrowed job on "
+            "it: someone at the lab is using a lent GPU. Jobs placed there would compete for it; take the node "
+            "back first (a reclaim with notice moves its jobs off).")
+
+
+# Loans (design §15): the idle watchdog, the loan timer, the release and the owner's resume.
+RELEASED_BECAUSE: dict[str, str] = {
+    "idle": "it did not use its GPUs",
+    "loan": "its loan ended",
+    "preempted": "its group is over its quota",
+}
+
+
+def _release_what(f: Facts) -> str:
+    if f.get("then") == "requeue":
+        return "it goes back to the queue and resumes from its checkpoint when placed"
+    return "it is suspended: resume it from its page when you need it"
+
+
+def _idle_warning(f: Facts, subject: str) -> str | None:
+    release_at = f.get("release_at")
+    if release_at is None:
+        return None
+    return (f"{subject} has not used its GPUs for {duration(float(f.get('idle_s', 0)))}. Unless it uses them "
+            f"again, it will be checkpointed and released at {clock(release_at)}, and {_release_what(f)}.")
+
+
+def _loan_ending(f: Facts, subject: str) -> str | None:
+    release_at = f.get("release_at")
+    if release_at is None:
+        return None
+    loan = f" {duration(float(f.get('max_loan_s')))}" if f.get("max_loan_s") else ""
+    return (f"{subject} reaches the end of its{loan} loan at {clock(release_at)}: it will be checkpointed and "
+            f"released then, and {_release_what(f)}.")
+
+
+def _released(f: Facts, subject: str) -> str:
+    why = RELEASED_BECAUSE.get(str(f.get("reason", "")), str(f.get("reason", "")).replace("_", " "))
+    step = f.get("step")
+    where = f" from {_node_name(f.node)}" if f.node is not None else ""
+    if f.get("forced"):
+        lost = float(f.get("work_lost_s") or 0.0)
+        start = f"step {step}" if step is not None else "the beginning"
+        lost_words = f"; {duration(lost)} of work lost" if lost > 0 else ""
+        return (f"{subject} was released{where} because {why}; it wrote no final checkpoint in time, so it will "
+                f"resume from {start}{lost_words}. Its GPUs are back in the pool, and {_release_what(f)}.")
+    at = f" at step {step}" if step is not None else ""
+    return (f"{subject} was checkpointed{at} and released{where} because {why}. Its GPUs are back in the pool, "
+            f"and {_release_what(f)}.")
+
+
+def _resumed(f: Facts, subject: str) -> str:
+    step = f.get("step")
+    where = f"from step {step}" if step else "from its latest checkpoint"
+    return f"{subject} was resumed: it is queued and continues {where} when placed."
+
+
 CATALOGUE: dict[str, EventType] = {e.name: e for e in (
     EventType("job.placed", RESEARCHERS, "info", "A job was given GPUs and is starting.", _placed),
     EventType("job.warned", RESEARCHERS, "warning",
@@ -263,6 +384,24 @@ CATALOGUE: dict[str, EventType] = {e.name: e for e in (
               "A job had to leave its node without a final checkpoint.", _lost_work),
     EventType("job.failed", RESEARCHERS, "bad", "A job's program exited with an error.", _failed),
     EventType("job.finished", RESEARCHERS, "ok", "A job completed.", _finished),
+    EventType("job.dependency_cancelled", RESEARCHERS, "bad",
+              "A job was cancelled because a job it depends on failed or was cancelled.", _dependency_cancelled),
+    EventType("array.dependency_cancelled", RESEARCHERS, "bad",
+              "Tasks of an array were cancelled because a job they depend on failed or was cancelled (one notice "
+              "per array, with the count).", _array_dependency_cancelled),
+    EventType("array.finished", RESEARCHERS, "info",
+              "Every task of an array has ended: how many completed, failed or were cancelled (one notice per "
+              "array instead of one per task).", _array_finished),
+    EventType("job.preempted", RESEARCHERS, "warning",
+              "A job beyond its group's quota was checkpointed and requeued for a job within quota.", _preempted),
+    EventType("job.idle_warning", RESEARCHERS, "warning",
+              "A job has not used its GPUs for its class's idle limit: when it will be released.", _idle_warning),
+    EventType("job.loan_ending", RESEARCHERS, "warning",
+              "A job's loan is ending: when it will be checkpointed and released.", _loan_ending),
+    EventType("job.released", RESEARCHERS, "warning",
+              "A job was checkpointed and taken off its GPUs (idle, loan ended), and whether it waits for you.",
+              _released),
+    EventType("job.resumed", RESEARCHERS, "info", "A released job was resumed and is queued again.", _resumed),
     EventType("reclaim.done", PROVIDER, "ok", "A node you took back is free of borrowed jobs.", _reclaim_done),
     EventType("node.returned", PROVIDER, "ok", "A node's agent connected: the node is lent.", _node_returned),
     EventType("node.offline", PROVIDER, "warning", "A node's agent stopped answering.", _agent_offline),
@@ -270,6 +409,10 @@ CATALOGUE: dict[str, EventType] = {e.name: e for e in (
               "A node was taken back without notice, or its notice ran out before every job had left.",
               _reclaim_forced),
     EventType("node.lost", ADMINS, "bad", "A lent node stopped answering.", _node_lost),
+    EventType("node.owner_using_gpu", PROVIDER, "warning",
+              "A lent GPU is busy with a process that is not a borrowed job (the lab using it).", _owner_using_gpu),
+    EventType("job.budget_at_risk", ADMINS, "warning",
+              "A job's loss budget is at risk: its node cannot checkpoint it often enough.", _budget_at_risk),
 )}
 
 
@@ -300,14 +443,47 @@ def deliver_live(notice: Notice) -> None:
     publish_notice(notice.groups, notice.payload())
 
 
-# Each is called with every notice after its transaction committed; mail and webhook senders join this list.
+# Each is called with every notice after its transaction committed; mail and webhook senders join this list
+# (portal.notify appends its own when the app is ready: design §12).
 DELIVERIES: list[Callable[[Notice], None]] = [deliver_live]
+
+# Each is asked about every event before it is written; one answering True folds the event into a summary its
+# app sends itself, and it is not sent on its own (the fair queue folds an array task's finished, failed and
+# dependency_cancelled into one notice per array, design §16.6).
+FOLDED: list[Callable[[str, Facts], bool]] = []
 
 
 def _model(model: type, value: Any) -> Any:
     if value is None or isinstance(value, model):
         return value
     return model.objects.get(pk=value)
+
+
+def _fact_fields(f: Facts) -> dict[str, Any]:
+    """The structured side of a notice (webhook fields): ids and names of what it is about, plain extras."""
+    out: dict[str, Any] = {}
+    if f.job is not None:
+        out["job"] = {"id": f.job.pk, "name": f.job.name, "owner": f.job.owner.get_username(),
+                      "group_id": f.job.group_id}
+    node = f.node or (f.reclaim.node if f.reclaim is not None else None)
+    if node is not None:
+        out["node"] = {"id": node.pk, "name": node.name, "provider_id": node.provider_id}
+    if f.reclaim is not None:
+        out["reclaim"] = {"id": f.reclaim.pk, "kind": f.reclaim.kind, "notice_s": f.reclaim.notice_s,
+                          "deadline_at": f.reclaim.deadline_at.isoformat() if f.reclaim.deadline_at else None}
+    if f.migration is not None:
+        out["migration"] = {"id": f.migration.pk, "work_lost_s": f.migration.work_lost_s,
+                            "destination": f.migration.destination.name if f.migration.destination else None}
+    for key, value in f.extra.items():
+        if isinstance(value, datetime):
+            out.setdefault(key, value.isoformat())
+        elif value is None or isinstance(value, str | int | float | bool | list | dict):
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                continue
+            out.setdefault(key, value)
+    return out
 
 
 def emit(name: str, *, job: Job | int | None = None, node: Node | int | None = None,
@@ -328,13 +504,16 @@ def emit(name: str, *, job: Job | int | None = None, node: Node | int | None = N
             pk = migration.pk if isinstance(migration, Migration) else migration
             facts.migration = Migration.objects.select_related("source", "destination").get(pk=pk)
         groups, owner_id, owner_subject, others_subject, url = _address(kind, facts)
+        if any(fold(name, facts) for fold in FOLDED):
+            return None
+        url = str(extra.get("page_url") or url)  # e.g. an array's page rather than its first task's
         text = kind.render(facts, owner_subject)
         if text is None:
             return None
         others = text if others_subject == owner_subject else (kind.render(facts, others_subject) or text)
         notice = Notice(id=uuid.uuid4().hex, name=name, audience=kind.audience, level=kind.level, text=text,
                         text_others=others, groups=groups, owner_id=owner_id, url=url,
-                        at=timezone.now().isoformat())
+                        at=timezone.now().isoformat(), facts=_fact_fields(facts))
     except Exception:
         log.warning("event %s not emitted", name, exc_info=True)
         return None

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -142,6 +145,12 @@ class DatabaseBusyMiddleware:
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+@dataclass(eq=False)
+class _WaitingWrite:
+    arrived_s: float  # the event loop's clock
+    wake: asyncio.Future[None]
+
+
 class ConcurrencyLimit:
     """ASGI wrapper: at most ``limit`` reads (GET, HEAD, OPTIONS) and ``write_limit`` writes (default ``limit``)
     inside Django at once per server process; the others wait their turn, first come first served, in the event
@@ -152,36 +161,112 @@ class ConcurrencyLimit:
     interpreter lock and a connection pool a tenth that size: every request slows down together and, after the
     pool's timeout, many are refused at once. With the bound (``limit + write_limit`` below the pool's size) a
     request waits here instead, costing nothing, and runs at full speed when its turn comes. Reads and writes
-    queue apart, so a burst of submits does not make every page wait behind it. A request that waited
-    ``queue_timeout_s`` is answered 503 + ``Retry-After`` (JSON under /api/). Websockets are not limited (they are
-    long-lived; their database work is bounded by the pool)."""
+    queue apart, so a burst of submits does not make every page wait behind it.
+
+    Reads go first: while any read is inside or waiting, writes are let in only up to ``write_limit_under_reads``
+    (default ``write_limit``: no difference), so a burst of submits shares the interpreter with the pages instead
+    of taking it from them; a write that has waited ``write_defer_s`` (default half the queue timeout) is let in
+    up to ``write_limit`` whatever the reads, so a long burst still ends well inside the timeout. A request that
+    waited ``queue_timeout_s`` is answered 503 + ``Retry-After`` (JSON under /api/). Websockets are not limited
+    (they are long-lived; their database work is bounded by the pool)."""
 
     def __init__(self, app: Any, limit: int, queue_timeout_s: float, retry_after_s: int,
-                 write_limit: int | None = None) -> None:
+                 write_limit: int | None = None, write_limit_under_reads: int | None = None,
+                 write_defer_s: float | None = None) -> None:
         self.app = app
         self.limit = limit
         self.write_limit = limit if write_limit is None else write_limit
+        self.write_limit_under_reads = (self.write_limit if write_limit_under_reads is None
+                                        else max(1, min(write_limit_under_reads, self.write_limit)))
         self.queue_timeout_s = queue_timeout_s
+        self.write_defer_s = queue_timeout_s / 2 if write_defer_s is None else write_defer_s
         self.retry_after_s = retry_after_s
         self._reads = asyncio.Semaphore(limit) if limit > 0 else None
-        self._writes = asyncio.Semaphore(self.write_limit) if limit > 0 and self.write_limit > 0 else None
+        self._bounded = limit > 0 and self.write_limit > 0
+        self._reads_here = 0  # reads waiting or inside
+        self._writes_inside = 0
+        self._writes_waiting: deque[_WaitingWrite] = deque()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if self._reads is None or self._writes is None or scope.get("type") != "http":
+        if self._reads is None or not self._bounded or scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        slots = self._reads if scope.get("method") in _READ_METHODS else self._writes
+        if scope.get("method") in _READ_METHODS:
+            await self._read(self._reads, scope, receive, send)
+        else:
+            await self._write(scope, receive, send)
+
+    async def _read(self, slots: asyncio.Semaphore, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self._reads_here += 1
         try:
-            await asyncio.wait_for(slots.acquire(), self.queue_timeout_s)
-        except TimeoutError:
-            log.warning("answered 503 to %s %s: no request slot came free in %.0f s", scope.get("method"),
-                        scope.get("path"), self.queue_timeout_s)
-            await self._busy(scope, send)
+            try:
+                await asyncio.wait_for(slots.acquire(), self.queue_timeout_s)
+            except TimeoutError:
+                await self._refuse(scope, send)
+                return
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                slots.release()
+        finally:
+            self._reads_here -= 1
+            if self._reads_here == 0:
+                self._wake_next_write()
+
+    async def _write(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if not await self._enter_write():
+            await self._refuse(scope, send)
             return
         try:
             await self.app(scope, receive, send)
         finally:
-            slots.release()
+            self._writes_inside -= 1
+            self._wake_next_write()
+
+    def _write_may_enter(self, waiting: _WaitingWrite, now_s: float) -> bool:
+        if self._writes_inside >= self.write_limit:
+            return False
+        if self._writes_inside < self.write_limit_under_reads or self._reads_here == 0:
+            return True
+        return now_s - waiting.arrived_s >= self.write_defer_s
+
+    async def _enter_write(self) -> bool:
+        """Wait for a write slot, first come first served; False after the queue timeout."""
+        loop = asyncio.get_running_loop()
+        waiting = _WaitingWrite(loop.time(), loop.create_future())
+        self._writes_waiting.append(waiting)
+        try:
+            while True:
+                now_s = loop.time()
+                first = self._writes_waiting[0] is waiting
+                if first and self._write_may_enter(waiting, now_s):
+                    self._writes_waiting.popleft()
+                    self._writes_inside += 1
+                    self._wake_next_write()  # there may be a slot for the next one too
+                    return True
+                left_s = waiting.arrived_s + self.queue_timeout_s - now_s
+                if left_s <= 0:
+                    return False
+                if first and self._writes_inside < self.write_limit:  # held back by the reads only
+                    left_s = min(left_s, waiting.arrived_s + self.write_defer_s - now_s)
+                waiting.wake = loop.create_future()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiting.wake, max(0.0, left_s))
+        finally:
+            if waiting in self._writes_waiting:  # timed out, or the client went away
+                was_first = self._writes_waiting[0] is waiting
+                self._writes_waiting.remove(waiting)
+                if was_first:
+                    self._wake_next_write()
+
+    def _wake_next_write(self) -> None:
+        if self._writes_waiting and not self._writes_waiting[0].wake.done():
+            self._writes_waiting[0].wake.set_result(None)
+
+    async def _refuse(self, scope: dict[str, Any], send: Any) -> None:
+        log.warning("answered 503 to %s %s: no request slot came free in %.0f s", scope.get("method"),
+                    scope.get("path"), self.queue_timeout_s)
+        await self._busy(scope, send)
 
     async def _busy(self, scope: dict[str, Any], send: Any) -> None:
         message = f"Service busy: too many requests in progress. Please retry in {self.retry_after_s} s."

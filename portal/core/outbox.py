@@ -48,6 +48,7 @@ class Task:
     """Names of the control-plane tasks the core queues (registered in ``portal.control.tasks``)."""
 
     PLACE_JOB = "control.place_job"
+    PLACE_QUEUED = "control.place_queued"  # one placement pass over every queued job (design §10)
     STOP_CANCELLED_JOB = "control.stop_cancelled_job"
     RUN_RECLAIM = "control.run_reclaim"
     NODE_LENT_AGAIN = "control.node_lent_again"

@@ -22,6 +22,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from portal.core.models import Provider, ResearchGroup
 from portal.core.permissions import is_admin
+from portal.notify.preferences import muted_toasts
 from portal.web.access import live_groups_for, may_follow
 
 MAX_FOLLOWED = 50
@@ -52,6 +53,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.joined = []
         self.recent_notices = deque(maxlen=RECENT_NOTICES)
         self.members_of = frozenset(await database_sync_to_async(audience_groups_for)(user))
+        # Events this user turned toasts off for (design §12).
+        self.muted = await database_sync_to_async(muted_toasts)(user)
         for group in await database_sync_to_async(live_groups_for)(user):
             await self._join(group)
         await self.accept()
@@ -85,6 +88,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not self.members_of.intersection(notice.get("groups") or ()) or notice.get("id") in self.recent_notices:
             return
         self.recent_notices.append(notice.get("id"))
+        if notice.get("name") in getattr(self, "muted", ()):
+            return
         user = self.scope["user"]
         mine = notice.get("owner_id") is None or notice.get("owner_id") == user.pk
         await self.send_json({"event": "notice", "name": notice.get("name"), "level": notice.get("level"),

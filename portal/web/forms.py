@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils.translation import ngettext
 
+from portal.control.ladder import ClassTerms, class_policies
+from portal.core.events import duration
 from portal.core.models import Building, PriorityClass, Provider, ResearchGroup
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
 from portal.core.services.jobs import campus_hardware, campus_limits
@@ -136,6 +138,18 @@ class ConfirmForm(forms.Form):
     )
 
 
+def class_limits_text(terms: list[ClassTerms]) -> str:
+    """"Interactive: loans up to 8 h, released after 30 min idle; …" — each class's limits in one line."""
+    parts = []
+    for t in terms:
+        loan = f"loans up to {duration(t.max_loan_s)}" if t.max_loan_s else "no loan limit"
+        idle = f"released after {duration(t.idle_limit_s)} idle" if t.idle_watch else "never released for idling"
+        gpus = f", at most {t.max_gpus_per_job} GPU{'s' if t.max_gpus_per_job != 1 else ''}" \
+            if t.max_gpus_per_job else ""
+        parts.append(f"{t.label.capitalize()}: {loan}, {idle}{gpus}")
+    return "; ".join(parts) + ". See the ladder for notice and grace."
+
+
 class JobForm(forms.Form):
     """Job submission in the units people think in (GB, hours, minutes); converted to SI for the service."""
 
@@ -163,6 +177,23 @@ class JobForm(forms.Form):
     restart_s = forms.FloatField(min_value=0, max_value=3600, initial=30, label="Restart time (s)")
     priority_class = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD,
                                        label="Priority class")
+    output_dir = forms.CharField(max_length=500, required=False, label="Output directory",
+                                 help_text="Relative to the job's working directory (e.g. outputs); uploaded to the "
+                                           "portal with the final checkpoint when the job ends. Empty: none.",
+                                 widget=forms.TextInput(attrs={"placeholder": "outputs"}))
+    upload_with_checkpoints = forms.BooleanField(required=False, label="Also upload it at each checkpoint")
+
+    # The fair queue's fields (design §16.6), checked by portal.queue.submit.
+    array = forms.CharField(max_length=200, required=False, label="Array",
+                            help_text='One job per index, e.g. "0-49" or "0-49%8" (at most 8 at once); '
+                                      "each sees RECLAIMNET_ARRAY_INDEX.",
+                            widget=forms.TextInput(attrs={"placeholder": "0-49%8"}))
+    after_ok = forms.CharField(max_length=1000, required=False, label="Start after these complete",
+                               help_text="Job ids, comma-separated; if one fails this job is cancelled.",
+                               widget=forms.TextInput(attrs={"placeholder": "1041, 1042"}))
+    after_any = forms.CharField(max_length=1000, required=False, label="Start after these end",
+                                help_text="Job ids, comma-separated; however they end.",
+                                widget=forms.TextInput(attrs={"placeholder": "1043"}))
 
     def __init__(self, *args: Any, groups: QuerySet[ResearchGroup], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -175,6 +206,9 @@ class JobForm(forms.Form):
             self.fields["vram_gb_per_gpu"].help_text = f"0 for any; the largest GPU here has {vram_gb:g} GB."
             self.fields["min_capability"].help_text = (f"e.g. 8.0 for bf16 on A100; 0 for any "
                                                        f"(the highest here is {capability}).")
+        # Each class's loan and idle limits, before submitting (design §15: the ladder).
+        self.class_terms = list(class_policies().values())
+        self.fields["priority_class"].help_text = class_limits_text(self.class_terms)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -202,7 +236,14 @@ class JobForm(forms.Form):
             "loss_budget_s": d["loss_budget_min"] * 60 if d.get("loss_budget_min") else None,
             "restart_s": d["restart_s"],
             "priority_class": d["priority_class"],
+            "output_dir": (d.get("output_dir") or "").strip(),
+            "upload_with_checkpoints": bool(d.get("upload_with_checkpoints")),
         }
+
+    def queue_kwargs(self) -> dict[str, Any]:
+        """The fair queue's fields for ``portal.queue.submit.submit_any`` (empty ones left out)."""
+        d = self.cleaned_data
+        return {k: d[k].strip() for k in ("array", "after_ok", "after_any") if (d.get(k) or "").strip()}
 
     # Service field names -> form field names, for errors the service raises.
     SERVICE_FIELDS = {

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scheduler import queue as fairq
 from scheduler.p2 import P2Request, select_destination
 from scheduler.sim.control import LOCAL_WRITE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ControlMixin
 from scheduler.sim.cycles import advance_cycles, risk_integral, time_to_finish
@@ -66,6 +67,16 @@ class SimResult:
     reserve_fraction: float = 0.3  # P3's research reserve β this run used
     budget_bound_gpu_s: float = 0.0  # running GPU-time with a finite Δ ≥ 2·L_max (Eq. 9's upper bound reached or passed)
     expected_lost_gpu_s: float = 0.0  # ∫ λ_true(t)·(work at risk) dt: the loss's conditional expectation
+    # the queue (design §16.5): groups, GPU-seconds each received (running), per-job waits
+    group_ids: tuple[str, ...] = ()
+    group_share: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    group_gpu_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    group_gpu_s_at_epoch: list[np.ndarray] = field(default_factory=list)  # cumulative, at each epoch start
+    job_group: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    job_gpus: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    job_submit_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    job_wait_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # first start − submit (censored: horizon)
+    preemptions: int = 0  # over-quota jobs evicted for in-quota ones
 
 
 class Simulator(ControlMixin):
@@ -104,6 +115,7 @@ class Simulator(ControlMixin):
         self.jvram, self.jcap = jb["vram_gb"].astype(float), jb["min_capability"].astype(float)
         self.work, self.C = jb["work_s"].astype(float), jb["ckpt_bytes"].astype(float)
         self.Tr, self.Lmax = jb["restart_s"].astype(float), jb["loss_budget_s"].astype(float)
+        self._groups(trace)
         rc = trace.tables["reclaims"]
         self.rc_node = np.array([nidx[str(x)] for x in rc["node"]], dtype=np.int64)
         self.rc_t, self.rc_notice = rc["t_s"].astype(float), rc["notice_s"].astype(float)
@@ -126,6 +138,26 @@ class Simulator(ControlMixin):
         self.bwc = BandwidthEstimator(self.n_links)
 
     # ---- trace preprocessing -------------------------------------------------------------------
+    def _groups(self, trace: Trace) -> None:
+        """design §16.5: the jobs' groups, shares and quotas (a trace without groups is one group)."""
+        jb = trace.tables["jobs"]
+        names = jb.get("group")
+        names = np.full(self.J, "default", dtype=object) if names is None else names.astype(str)
+        gt = trace.tables.get("groups")
+        if gt is not None and len(gt["id"]):
+            ids = tuple(str(x) for x in gt["id"])
+            share, max_gpus, max_h = (gt[c].astype(float) for c in ("share", "max_gpus", "max_gpu_h_30d"))
+        else:
+            ids = tuple(sorted(set(names.tolist()))) or ("default",)
+            share, max_gpus, max_h = np.ones(len(ids)), np.full(len(ids), np.nan), np.full(len(ids), np.nan)
+        gidx = {g: i for i, g in enumerate(ids)}
+        self.group_ids = ids
+        self.job_group = np.array([gidx[str(x)] for x in names], dtype=np.int64)
+        self.group_share = share
+        self.group_max_gpus = np.where(np.isnan(max_gpus), np.inf, max_gpus)
+        self.group_max_gpu_s_30d = np.where(np.isnan(max_h), np.inf, max_h * 3600.0)
+        self.has_quotas = bool(np.isfinite(self.group_max_gpus).any() or np.isfinite(self.group_max_gpu_s_30d).any())
+
     def _sampled(self, table: str, default: np.ndarray) -> np.ndarray:
         """(n_links, n_epochs) piecewise-constant samples at each control period start (design §7)."""
         out = np.repeat(np.asarray(default, dtype=float)[:, None], self.n_epochs, axis=1)
@@ -215,6 +247,11 @@ class Simulator(ControlMixin):
         self.queue: list[int] = []
         self.epoch = 0
         self.res_t = SimResult(self.pol.name, n_jobs=J, reserve_fraction=self.reserve_fraction)
+        n_groups = len(self.group_ids)
+        self.res_t.group_ids, self.res_t.group_share = self.group_ids, self.group_share
+        self.res_t.group_gpu_s = np.zeros(n_groups)
+        self.usage_decayed = np.zeros(n_groups)  # the fair share's GPU-seconds, decayed (design §16.1)
+        self.preemptible = np.zeros(J, dtype=bool)
         self.B = self.bw[:, 0].copy()
         self.R = self.res[:, 0].copy()
         self.Bminus = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
@@ -247,6 +284,7 @@ class Simulator(ControlMixin):
         if dt <= 0:
             return
         run = np.flatnonzero(self.st == RUNNING)
+        self._accrue_group_use(run, dt)
         if run.size:
             d, s, p = self.delta[run], self.s[run], self.pos[run]
             self.res_t.running_gpu_s += float(np.sum(self.jg[run])) * dt
@@ -268,6 +306,15 @@ class Simulator(ControlMixin):
         if self.use is not None:
             self.res_t.research_deficit_bytes += float(np.sum(self.use.active * self.use.deficit_bytes_per_s)) * dt
             self.res_t.research_demand_bytes += float(np.sum(self.use.active * np.minimum(self.R, self.B))) * dt
+
+    def _accrue_group_use(self, run: np.ndarray, dt: float) -> None:
+        """GPU-seconds each group receives (running jobs), and the fair queue's decayed usage (design §16.1)."""
+        by_group = np.bincount(self.job_group[run], weights=self.jg[run], minlength=len(self.group_ids))
+        self.res_t.group_gpu_s += by_group * dt
+        if self.pol.queue == "fair":
+            h = self.pol.queue_weights.half_life_s
+            keep = 2.0 ** (-dt / h)
+            self.usage_decayed = self.usage_decayed * keep + by_group * h / np.log(2.0) * (1.0 - keep)
 
     # ---- placement and destinations (P2) ---------------------------------------------------------
     def _feasible(self, j: int, exclude: int = -1) -> np.ndarray:
@@ -322,8 +369,12 @@ class Simulator(ControlMixin):
         return -1 if dec.destination is None else int(dec.destination)
 
     def _try_place(self, t: float) -> None:
-        """FIFO with backfill over queued jobs (requeued ones first); first fit, or the oracle's pick."""
+        """FIFO with backfill over queued jobs (requeued ones first); first fit, or the oracle's pick.
+        With the fair queue (``policy.queue == "fair"``) the queue core decides instead (design §16.5)."""
         if not self.queue:
+            return
+        if self.pol.queue == "fair":
+            self._try_place_fair(t)
             return
         keep = []
         changed = False
@@ -350,6 +401,83 @@ class Simulator(ControlMixin):
         self.queue = keep
         if changed:
             self._admit(t)
+
+    def _try_place_fair(self, t: float) -> None:
+        """One pass of ``scheduler.queue.schedule`` over the queued jobs: priority from the groups' decayed usage
+        and the jobs' age, quotas from the groups table, EASY backfill on whole nodes; over-quota jobs it
+        preempts are checkpointed and requeued (no work lost) and the pass runs again (design §16.5)."""
+        for _ in range(2):
+            open_now = self.lent & ~self.pending
+            free = np.where(open_now, self.free, 0.0).astype(np.int64)
+            waiting = np.array(self.queue, dtype=np.int64)
+            occ = np.flatnonzero((self.node >= 0) & np.isin(self.st, (RUNNING, RESTART, MOVING)))
+            if free.max(initial=0) < self.jg[waiting].min() and not self.preemptible[occ].any():
+                return  # nothing queued fits anywhere now: no pass needed
+            remaining = np.maximum(self.work - self.prog, 0.0)
+            ends = remaining[occ] + np.where(self.st[occ] == RUNNING, 0.0, self.Tr[occ])
+            run = np.flatnonzero(self.st[occ] == RUNNING)
+            if run.size:
+                ends[run] = self._time_to_finish(occ[run])
+            w = self.pol.queue_weights
+            usage_share = fairq.fair_share_factors(self.usage_decayed, self.group_share)
+            prio = fairq.priorities(np.full(waiting.size, fairq.CLASS_TERMS["standard"]),
+                                    usage_share[self.job_group[waiting]], t - self.submit[waiting], w)
+            quotas = None
+            if self.has_quotas:
+                cum = self.res_t.group_gpu_s
+                past = self.res_t.group_gpu_s_at_epoch
+                k = int((t - fairq.QUOTA_WINDOW_S) // self.period_s)
+                used = cum - past[k] if 0 <= k < len(past) else cum.copy()
+                quotas = fairq.Quotas(group_max_gpus=self.group_max_gpus,
+                                      group_max_gpu_s_30d=self.group_max_gpu_s_30d, group_used_gpu_s_30d=used)
+            d = fairq.schedule(
+                fairq.QueueNodes(gpus=self.gpus.astype(np.int64), free_gpus=free,
+                                 available_from_s=np.where(open_now, 0.0, np.inf)),
+                fairq.QueueRunning(node=self.node[occ], gpus=self.jg[occ].astype(np.int64), ends_in_s=ends,
+                                   started_ago_s=t - np.nan_to_num(self.first_start[occ], nan=t),
+                                   group=self.job_group[occ], preemptible=self.preemptible[occ]),
+                fairq.QueueWaiting(priority=prio.value, gpus=self.jg[waiting].astype(np.int64),
+                                   runtime_s=remaining[waiting] + self.Tr[waiting],
+                                   feasible=(self.vram[None, :] >= self.jvram[waiting, None])
+                                   & (self.cap[None, :] >= self.jcap[waiting, None]),
+                                   group=self.job_group[waiting]),
+                quotas, estimate=False)
+            started = np.flatnonzero(d.start_node >= 0)
+            for i in started.tolist():
+                j, n = int(waiting[i]), int(d.start_node[i])
+                self.preemptible[j] = bool(d.over_quota[i])
+                self._occupy(j, n)
+                if self.need_xfer[j]:
+                    self._start_flow(j, int(self.holder[j]), n, t, "recovery", np.inf)
+                else:
+                    if np.isnan(self.first_start[j]):
+                        self.first_start[j] = t
+                    self._start_running(j, n, t)
+            taken = set(waiting[started].tolist())
+            self.queue = [j for j in self.queue if j not in taken]
+            for i in d.preempt.tolist():
+                self._preempt(int(occ[i]), t)
+            if started.size or d.preempt.size:
+                self._admit(t)
+            if not d.preempt.size:
+                return
+
+    def _preempt(self, j: int, t: float) -> None:
+        """Evict an over-quota job for an in-quota one: it checkpoints (nothing lost) and waits in the queue."""
+        n = int(self.node[j])
+        if self.st[j] == RUNNING:
+            self.durable[j] = self.prog[j]
+        else:
+            self.prog[j] = self.durable[j]
+        self.flows = [f for f in self.flows if f["job"] != j]
+        self._release(j)
+        self.preemptible[j] = False
+        self.st[j] = QUEUED
+        self.node[j] = -1
+        self.need_xfer[j] = True
+        self.holder[j] = n
+        self.queue.append(j)
+        self.res_t.preemptions += 1
 
     def _occupy(self, j: int, n: int) -> None:
         self.node[j] = n
@@ -580,6 +708,7 @@ class Simulator(ControlMixin):
         else:
             r.epoch_lambda_per_s.append(float(np.mean(est)))
         r.epoch_bw_bytes_per_s.append(float(np.mean(resid[self.access])))
+        r.group_gpu_s_at_epoch.append(r.group_gpu_s.copy())
         self._admit(t)
         self._replan(t)
 
@@ -659,6 +788,8 @@ class Simulator(ControlMixin):
         started = ~np.isnan(self.first_start)
         end = np.where(np.isnan(self.t_done), horizon, self.t_done)
         r.resident_gpu_s = float(np.sum(((end - self.first_start) * self.jg)[started]))
+        r.job_group, r.job_gpus, r.job_submit_s = self.job_group, self.jg, self.submit
+        r.job_wait_s = np.where(started, self.first_start, horizon) - self.submit
         r.useful_gpu_s = float(np.sum(self.prog * self.jg))
         return r
 

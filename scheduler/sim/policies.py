@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from scheduler.queue import DEFAULT_WEIGHTS, PriorityWeights
+
 # interval modes: "p1" (Eq. 9 with λ⁺, B⁻), "fixed" (fixed_interval_s), "static" (Lemma 1 at trace-wide
 # means), "tv" (Lemma 1 at trace-wide hour-of-day means: Theorem 2's state-independent policy),
 # "informed" (P1 at the true λ(t) and bandwidth), "truth" (Lemma 1 at the true λ(t), B(t): Theorem 2's state-dependent reference),
@@ -38,6 +40,10 @@ class Policy:
     # link over all links and 10-minute samples of the first (calibration) week): a campus sizing its
     # reserve from its own logs
     reserve_quantile: float | None = None
+    # the queue (design §16.5): "fifo" = today's order (requeued first, then submission) placing whatever fits,
+    # "fair" = scheduler.queue (fair share, quotas, EASY backfill); name a policy "NAME+fair" to switch it
+    queue: str = "fifo"
+    queue_weights: PriorityWeights = DEFAULT_WEIGHTS
 
 
 RECLAIMNET = Policy("reclaimnet")
@@ -83,7 +89,10 @@ ABLATIONS: tuple[Policy, ...] = tuple(ablation(a, b, c) for a in (True, False) f
 
 
 def get_policy(name: str) -> Policy:
-    """Policy by its design §7 name (also ``fixed:SECONDS`` and ``abl-XYZ``); ValueError if unknown."""
+    """Policy by its design §7 name (also ``fixed:SECONDS``, ``abl-XYZ`` and ``NAME+fair``: that policy with
+    the fair queue of design §16.5); ValueError if unknown."""
+    if name.endswith("+fair"):
+        return replace(get_policy(name[: -len("+fair")]), name=name, queue="fair")
     if name in _NAMED:
         return _NAMED[name]
     if name.startswith("fixed:"):
@@ -97,4 +106,4 @@ def get_policy(name: str) -> Policy:
     for p in ABLATIONS:
         if p.name == name:
             return p
-    raise ValueError(f"unknown policy {name!r}; one of {', '.join(POLICY_NAMES)} or abl-XYZ")
+    raise ValueError(f"unknown policy {name!r}; one of {', '.join(POLICY_NAMES)} abl-XYZ or NAME+fair")

@@ -334,6 +334,15 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
          "with notice shorter than C/b + T_r (the job cannot save) carry much of the loss under every policy.",
          None),
     )
+    sections += (  # design §16.5: the fair queue beside today's order, per group
+        ("queue_rows", "The fair queue: what each group received (measured)",
+         "The busy campus of `scheduler.sim.queuebench` (three groups with equal shares, one submitting 5x the\n"
+         "others, a third of the jobs asking 4 GPUs, 2.8x the campus's GPU-hours submitted over 3 days) with the\n"
+         "fair queue (design §16) and with today's order (fifo). *GPU-h while submitting*: GPU-hours each group's\n"
+         "jobs ran while every group had work waiting; *jain*: Jain's index over those divided by the shares\n"
+         "(1 = every group got its share); waits: first start − submission (never started: up to the horizon).",
+         None),
+    )
     for key, heading, prose, section_cols in sections:
         rows = x.get(key)
         if rows:

@@ -4,6 +4,8 @@ A trace is a frozen dataclass of numpy column arrays per table. Validation is a 
 `TraceError` naming the offending field (``table.column``), so the CLI can exit 2 with ``{"error": ...}``.
 Two optional keys beyond design §7 are understood: ``horizon_s`` (simulation end) and ``hazard`` (rows
 ``t_s, per_s``: the generator's true per-node emergency hazard, used only to score the estimator).
+The fair queue (design §16.5) adds an optional ``groups`` table (``id, share``, optional quotas ``max_gpus``,
+``max_gpu_h_30d``) and an optional ``group`` per job; a trace without them is one group, ``default``.
 """
 
 from __future__ import annotations
@@ -26,11 +28,17 @@ TABLES: dict[str, tuple[str, ...]] = {
     "bandwidth": ("link", "t_s", "bytes_per_s"),
     "research": ("link", "t_s", "bytes_per_s"),
     "hazard": ("t_s", "per_s"),
+    "groups": ("id", "share", "max_gpus", "max_gpu_h_30d"),
 }
+TABLES["jobs"] = (*TABLES["jobs"], "group")
+DEFAULT_GROUP = "default"
 STR_COLS = {("nodes", "id"), ("nodes", "building"), ("links", "id"), ("links", "a"), ("links", "b"),
             ("jobs", "id"), ("reclaims", "node"), ("bandwidth", "link"), ("research", "link")}
+STR_COLS |= {("jobs", "group"), ("groups", "id")}
 OPTIONAL_COLS = {("reclaims", "return_s")}
-OPTIONAL_TABLES = {"hazard", "research"}
+OPTIONAL_COLS |= {("jobs", "group"), ("groups", "max_gpus"), ("groups", "max_gpu_h_30d")}
+STR_DEFAULTS = {("jobs", "group"): DEFAULT_GROUP}  # optional string columns: the value of a missing cell
+OPTIONAL_TABLES = {"hazard", "research", "groups"}
 REQUIRED_TABLES = ("nodes", "links", "jobs", "reclaims", "bandwidth")
 
 
@@ -64,6 +72,8 @@ class Trace:
 
 def _column(table: str, name: str, values: list[Any]) -> np.ndarray:
     """Convert one column, raising TraceError naming it on a bad value."""
+    if (table, name) in STR_DEFAULTS:
+        values = [STR_DEFAULTS[table, name] if v is None or v == "" else v for v in values]
     if (table, name) in STR_COLS:
         out = np.array([str(v) for v in values], dtype=object)
         if any(v in ("", "None") for v in out):
@@ -166,6 +176,7 @@ def validate(tr: Trace) -> None:
             raise TraceError(f"jobs.{c}", f"must be {'>' if strict else '>='} {lo:g}")
     if np.any(j["gpus"] < 1) or np.any(j["gpus"] != np.round(j["gpus"])):
         raise TraceError("jobs.gpus", "must be a positive integer")
+    _validate_groups(tr)
     r = tr.tables["reclaims"]
     if any(n not in node_set for n in r["node"]):
         raise TraceError("reclaims.node", "unknown node")
@@ -186,6 +197,23 @@ def validate(tr: Trace) -> None:
             raise TraceError(f"{t}.bytes_per_s", "must be >= 0")
         if np.any(tr.col(t, "t_s") < 0):
             raise TraceError(f"{t}.t_s", "must be >= 0")
+
+
+def _validate_groups(tr: Trace) -> None:
+    """design §16.5: group ids unique, shares ≥ 0, quotas ≥ 0 (missing = none), every job's group listed."""
+    g = tr.tables.get("groups")
+    if g is None:
+        return
+    if len(set(g["id"])) != len(g["id"]):
+        raise TraceError("groups.id", "duplicate id")
+    if np.any(g["share"] < 0):
+        raise TraceError("groups.share", "must be >= 0")
+    for c in ("max_gpus", "max_gpu_h_30d"):
+        if np.any(g[c][~np.isnan(g[c])] < 0):
+            raise TraceError(f"groups.{c}", "must be >= 0")
+    job_groups = tr.tables["jobs"].get("group")
+    if job_groups is not None and not set(job_groups) <= set(g["id"]):
+        raise TraceError("jobs.group", "unknown group")
 
 
 def _rows(tr: Trace, table: str) -> list[dict[str, Any]]:

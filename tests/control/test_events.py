@@ -216,7 +216,12 @@ def test_the_catalogue_has_each_persons_events_with_its_audience() -> None:
     assert audiences == {
         "job.placed": "researchers", "job.warned": "researchers", "job.moved": "researchers",
         "job.lost_work": "researchers", "job.failed": "researchers", "job.finished": "researchers",
+        "job.dependency_cancelled": "researchers", "job.preempted": "researchers",  # the fair queue (§16.6)
+        "array.dependency_cancelled": "researchers", "array.finished": "researchers",  # one per array (§16.6)
+        "job.idle_warning": "researchers", "job.loan_ending": "researchers",  # loans (§15)
+        "job.released": "researchers", "job.resumed": "researchers",
         "reclaim.done": "provider", "node.returned": "provider", "node.offline": "provider",
         "reclaim.forced": "admins", "node.lost": "admins",
+        "node.owner_using_gpu": "provider", "job.budget_at_risk": "admins",  # notify (§12)
     }
     assert all(kind.summary and kind.level in {"info", "ok", "warning", "bad"} for kind in CATALOGUE.values())

@@ -134,3 +134,51 @@ async def test_an_agent_that_keeps_flooding_is_disconnected(monkeypatch: pytest.
         if out["type"] == "websocket.close":
             break
     assert out["code"] == consumers.CLOSE_FLOODING
+
+
+def test_messages_are_charged_when_they_arrived_not_when_they_are_handled() -> None:
+    from portal.control.link.limits import RATE_PER_S, SessionBudget
+
+    clock = _Clock()
+    budget = SessionBudget(clock=clock)
+    arrivals = [clock.t + k * 0.1 for k in range(60)]  # 10 a second for 6 s, all handled at once afterwards
+    clock.t += 10.0
+    assert all(budget.take(at) for at in arrivals) and budget.dropped == 0
+    flood = [clock.t + k / (3 * RATE_PER_S) for k in range(60)]  # three times the rate, stamped as it arrived
+    assert sum(budget.take(at) for at in flood) < 60 and budget.dropped > 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_backlog_behind_a_stalled_consumer_is_not_taken_for_a_flood(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
+
+    from portal.control.link import handlers, limits
+
+    _, token = await db(make_node)("n1")
+    await db(limits.flush)()
+    before = await db(_counter)(limits.MESSAGES_DROPPED)
+    released = threading.Event()
+    real_hello = handlers.hello
+
+    def stalled_hello(*args: object, **kwargs: object) -> object:  # the database is busy: the hello waits
+        released.wait(30)
+        return real_hello(*args, **kwargs)
+
+    monkeypatch.setattr(handlers, "hello", stalled_hello)
+    agent = FakeAgent(token)
+    assert await agent.connect()
+    await agent.send({"type": "hello", "agent_version": "test", "data_host": "127.0.0.1", "data_port": 9000,
+                      "jobs": [], "gpus": []})
+    for seq in range(2 * int(limits.BURST)):  # 10 a second, half the budget; queued behind the hello
+        await agent.send({"type": "heartbeat", "seq": seq, "gpu_util": [], "egress": {}, "jobs": []})
+        await asyncio.sleep(0.1)
+    released.set()
+    await agent.expect("welcome", timeout_s=10)
+    acks = [await agent.expect("heartbeat_ack", timeout_s=10) for _ in range(2 * int(limits.BURST))]
+    assert [a["seq"] for a in acks] == list(range(2 * int(limits.BURST)))
+    assert not any(m.get("type") == "error" for m in agent.seen)
+    await agent.close()
+    await db(limits.flush)()
+    assert await db(_counter)(limits.MESSAGES_DROPPED) == before

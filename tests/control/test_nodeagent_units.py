@@ -469,3 +469,36 @@ async def test_a_late_copy_of_a_reclaim_notice_does_not_push_the_deadline_out(tm
             break
         await asyncio.sleep(0.02)
     assert agent.killswitch  # the deadline had passed: forced now, not in an hour
+
+
+def _ambient_caps(status: str) -> int:
+    return int(status.split("CapAmb:")[1].split()[0], 16)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising an ambient capability needs root (the suite runs as root)")
+def test_job_never_inherits_the_agents_ambient_capabilities(tmp_path: Path) -> None:
+    """The agent's unit grants it CAP_NET_ADMIN and friends as ambient capabilities (deploy/, design §18); a job it
+    starts must not keep them across its exec."""
+    import shutil
+    import subprocess
+
+    capsh = shutil.which("capsh")
+    assert capsh, "capsh (Debian's libcap2-bin) is needed to give the agent an ambient capability"
+    script = tmp_path / "caps.py"
+    script.write_text("import pathlib\npathlib.Path('status.txt').write_text(open('/proc/self/status').read())\n")
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "import pathlib, sys\n"
+        "from nodeagent.runner import start_job\n"
+        "pathlib.Path(sys.argv[1], 'agent_status.txt').write_text(open('/proc/self/status').read())\n"
+        f"run = start_job(data_dir=pathlib.Path(sys.argv[1]) / 'data', base_dir=pathlib.Path(sys.argv[1]),"
+        f" job_id='9', command='python {script}', gpus=[0], interval_s=None, next_sequence=1,"
+        " restore_sequence=None, compat={}, kill_with_agent=True)\n"
+        "sys.exit(run.proc.wait(timeout=30))\n")
+    done = subprocess.run([capsh, "--inh=cap_net_admin", "--addamb=cap_net_admin", "--", "-c",
+                           'exec "$0" "$@"', sys.executable, str(agent), str(tmp_path)],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert _ambient_caps((tmp_path / "agent_status.txt").read_text()) != 0  # the agent did hold one
+    job_status = (tmp_path / "data" / "jobs" / "9" / "work" / "status.txt").read_text()
+    assert _ambient_caps(job_status) == 0

@@ -37,6 +37,7 @@ EXPECTED_QUEUE = {
     "control.reconcile": "control",
     "control.tick": "tick",
     Task.PLACE_JOB: "placement",
+    Task.PLACE_QUEUED: "placement",
     Task.PRESYNC_CHECKPOINT: "placement",
     "control.housekeeping": "housekeeping",
 }

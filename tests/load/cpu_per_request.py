@@ -11,7 +11,9 @@ job submit too, and measures the CPU each took:
 - ``portal``: the daphne processes (``/proc/<pid>/stat``, user + system);
 - ``pg``: the PostgreSQL backends connected to the deployment's database (``pg_stat_activity`` pids);
 - ``driver``: this process (``time.process_time``: the client threads, http.client);
-- ``rest``: the Celery workers, beat and the agents in the same window.
+- ``rest``: the Celery workers, beat and the agents in the same window; for the submit the window runs
+  ``--settle`` seconds past the last answer (the placements the submits queued), and the line after it splits
+  ``rest`` by process.
 
 The background (agents heartbeating, the control tick) is measured in an idle window first and subtracted.
 ``--profile DIR`` also records each daphne with py-spy (``pip install py-spy``; collapsed stacks of the thread
@@ -56,7 +58,8 @@ class CpuMeter:
 
     def sample(self) -> dict[str, Any]:
         out: dict[str, Any] = {"portal": 0.0, "rest": 0.0}
-        for name, cpu_s in self.deployment.cpu_seconds().items():
+        out["by_process"] = self.deployment.cpu_seconds()
+        for name, cpu_s in out["by_process"].items():
             out["portal" if name.startswith(("daphne", "uvicorn")) else "rest"] += cpu_s
         out["pg_by_pid"] = postgres_backends_cpu_s()
         out["driver"] = time.process_time()
@@ -109,7 +112,7 @@ def _py_spy(pids: list[int], out: Path, duration_s: int) -> list[subprocess.Pope
 
 
 def run(requests: int, clients: int, daphnes: int, agents: int, workdir: Path, only: str | None,
-        profile: Path | None, settings: dict[str, str]) -> int:
+        profile: Path | None, settings: dict[str, str], settle_s: float = 10.0) -> int:
     rows: list[tuple[str, int, int, float, dict[str, float]]] = []
     with own_postgres() as database_url, own_redis() as redis_url:
         deployment = Deployment(workdir, {**production_env(database_url, redis_url), **settings})
@@ -142,23 +145,32 @@ def run(requests: int, clients: int, daphnes: int, agents: int, workdir: Path, o
                   f"{'pg':>6s} {'driver':>7s} {'rest':>6s} {'total':>7s}", flush=True)
 
             def measure(label: str, prepare: Callable[[loaddriver.Http, int], None],
-                        request: Callable[[loaddriver.Http, int], loaddriver.Answer], ok_status: int = 200) -> None:
+                        request: Callable[[loaddriver.Http, int], loaddriver.Answer], ok_status: int = 200,
+                        settle_s: float = 0.0) -> None:
                 if only and only not in label:
                     return
                 spies = _py_spy(daphne_pids, profile / label.replace("/", "_").replace(" ", "_"), 3600) \
                     if profile else []
                 before = meter.sample()
-                sent, errors, wall_s = _send(bases, clients, requests, prepare, request, ok_status)
+                sent, errors, send_s = _send(bases, clients, requests, prepare, request, ok_status)
+                time.sleep(settle_s)  # the work the requests queued (placements) is done in this window too
                 used = meter.delta(before, meter.sample())
+                wall_s = send_s + settle_s
                 for spy in spies:
                     spy.send_signal(signal.SIGINT)  # py-spy writes its file when interrupted
                 for spy in spies:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         spy.wait(10)
                 per_ms = {k: max(0.0, used[k] - background[k] * wall_s) / sent * 1000.0 for k in used}
+                if ok_status == 201:  # a write: where "rest" went (the workers it queued work for, the agents)
+                    after = meter.sample()["by_process"]
+                    print("    rest by process (ms per request, background included): " + ", ".join(
+                        f"{name} {1000 * (cpu_s - before['by_process'].get(name, 0.0)) / sent:.1f}"
+                        for name, cpu_s in sorted(after.items()) if not name.startswith(("daphne", "uvicorn"))),
+                        flush=True)
                 per_ms["total"] = per_ms["portal"] + per_ms["pg"] + per_ms["driver"]
-                rows.append((label, sent, errors, sent / wall_s, per_ms))
-                print(f"{label:58s} {sent:5d} {errors:4d} {sent / wall_s:6.1f} | {'':20s}{per_ms['portal']:7.1f} "
+                rows.append((label, sent, errors, sent / send_s, per_ms))
+                print(f"{label:58s} {sent:5d} {errors:4d} {sent / send_s:6.1f} | {'':20s}{per_ms['portal']:7.1f} "
                       f"{per_ms['pg']:6.1f} {per_ms['driver']:7.1f} {per_ms['rest']:6.1f} {per_ms['total']:7.1f}",
                       flush=True)
 
@@ -187,7 +199,7 @@ def run(requests: int, clients: int, daphnes: int, agents: int, workdir: Path, o
                            "restart_s": 1.0}
                 return http.post_json("/api/jobs/", payload, {"Idempotency-Key": str(uuid.uuid4())})
 
-            measure("researcher POST /api/jobs/", prepare_submit, submit, ok_status=201)
+            measure("researcher POST /api/jobs/", prepare_submit, submit, ok_status=201, settle_s=settle_s)
             deployment.check_alive()
         finally:
             deployment.stop_all()
@@ -222,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=None, help="py-spy raw stacks of daphne into this folder")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment setting of the portal's processes")
+    parser.add_argument("--settle", type=float, default=10.0,
+                        help="seconds after the last submit counted with it (the placements it queued)")
     parser.add_argument("--keep", action="store_true", help="keep the logs' directory")
     args = parser.parse_args(argv)
     if args.profile:
@@ -229,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="reclaimnet-cpu-"))
     try:
         return run(args.requests, args.clients, args.daphnes, args.agents, workdir, args.only, args.profile,
-                   dict(item.split("=", 1) for item in args.set))
+                   dict(item.split("=", 1) for item in args.set), args.settle)
     finally:
         if args.keep:
             print(f"logs kept in {workdir}", file=sys.stderr)

@@ -111,3 +111,71 @@ async def test_fewer_writes_than_reads_run_at_once_when_the_write_limit_is_lower
     assert sorted(inner.inside) == ["/r0", "/r1", "/r2", "/w0"]
     inner.gate.set()
     assert [a["status"] for a in await asyncio.gather(*writes, *reads)] == [200] * 8
+
+
+class _Released(_Held):
+    """As ``_Held``, but each request waits for its own release (``release(path)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: dict[str, asyncio.Event] = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.gate = self.gates.setdefault(scope["path"], asyncio.Event())
+        await super().__call__(scope, receive, send)
+
+    def release(self, path: str) -> None:
+        self.gates.setdefault(path, asyncio.Event()).set()
+
+
+@pytest.mark.asyncio
+async def test_while_pages_are_read_fewer_writes_are_let_in_and_all_of_them_once_the_reads_are_done() -> None:
+    inner = _Released()
+    app = ConcurrencyLimit(inner, limit=4, queue_timeout_s=30.0, retry_after_s=2, write_limit=4,
+                           write_limit_under_reads=1)
+    read = asyncio.create_task(_request(app, "GET", "/r"))
+    await asyncio.sleep(0.02)
+    writes = [asyncio.create_task(_request(app, "POST", f"/w{i}")) for i in range(6)]
+    await asyncio.sleep(0.05)
+    assert sorted(inner.inside) == ["/r", "/w0"]  # one write beside the read
+    inner.release("/r")
+    await read
+    await asyncio.sleep(0.05)
+    assert sorted(inner.inside) == ["/w0", "/w1", "/w2", "/w3"]  # no read left: the full write limit, in order
+    for i in range(6):
+        inner.release(f"/w{i}")
+    assert [a["status"] for a in await asyncio.gather(*writes)] == [200] * 6
+    assert inner.entered == ["/r"] + [f"/w{i}" for i in range(6)]
+
+
+@pytest.mark.asyncio
+async def test_a_write_held_back_by_reads_gets_in_after_the_deferral_and_none_times_out() -> None:
+    inner = _Released()
+    app = ConcurrencyLimit(inner, limit=4, queue_timeout_s=0.6, retry_after_s=2, write_limit=3,
+                           write_limit_under_reads=1, write_defer_s=0.1)
+    reads = [asyncio.create_task(_request(app, "GET", f"/r{i}")) for i in range(2)]
+    await asyncio.sleep(0.02)
+    writes = [asyncio.create_task(_request(app, "POST", f"/w{i}")) for i in range(3)]
+    await asyncio.sleep(0.02)
+    assert sorted(inner.inside) == ["/r0", "/r1", "/w0"]
+    await asyncio.sleep(0.3)  # past the deferral: the waiting writes fill the write limit, reads or not
+    assert sorted(inner.inside) == ["/r0", "/r1", "/w0", "/w1", "/w2"]
+    for path in ("/r0", "/r1", "/w0", "/w1", "/w2"):
+        inner.release(path)
+    assert [a["status"] for a in await asyncio.gather(*reads, *writes)] == [200] * 5
+
+
+@pytest.mark.asyncio
+async def test_a_write_that_leaves_the_queue_lets_the_next_one_in() -> None:
+    inner = _Released()
+    app = ConcurrencyLimit(inner, limit=2, queue_timeout_s=30.0, retry_after_s=2, write_limit=1)
+    first = asyncio.create_task(_request(app, "POST", "/w0"))
+    await asyncio.sleep(0.02)
+    gone = asyncio.create_task(_request(app, "POST", "/w1"))
+    last = asyncio.create_task(_request(app, "POST", "/w2"))
+    await asyncio.sleep(0.02)
+    gone.cancel()  # the client went away while waiting
+    inner.release("/w0")
+    inner.release("/w2")
+    assert [(await first)["status"], (await last)["status"]] == [200, 200]
+    assert inner.entered == ["/w0", "/w2"]

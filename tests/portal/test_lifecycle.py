@@ -31,6 +31,7 @@ JOB_MOVES: dict[str, Callable[[Job], None]] = {
     JobState.COMPLETED: job_lifecycle.complete,
     JobState.FAILED: lambda job: job_lifecycle.fail(job, "boom"),
     JobState.CANCELLED: job_lifecycle.cancel,
+    JobState.SUSPENDED: job_lifecycle.suspend,  # released by the idle watchdog or the loan timer (design §15)
 }
 
 

@@ -101,7 +101,8 @@ def test_idempotency_key_is_documented_exactly_on_idempotent_operations(tmp_path
     spec = _spec(tmp_path)
     idempotent = {("post", "/api/jobs/"), ("post", "/api/jobs/{id}/cancel/"), ("post", "/api/nodes/"),
                   ("post", "/api/nodes/{id}/reclaim/"), ("post", "/api/nodes/{id}/emergency-reclaim/"),
-                  ("post", "/api/nodes/{id}/killswitch/"), ("post", "/api/nodes/{id}/lend-again/")}
+                  ("post", "/api/nodes/{id}/killswitch/"), ("post", "/api/nodes/{id}/lend-again/"),
+                  ("post", "/api/jobs/{id}/resume/")}  # design §15
     found = {(method, path) for path, operations in spec["paths"].items()
              for method, operation in operations.items()
              if any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in operation.get("parameters", []))}

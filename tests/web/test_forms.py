@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -127,7 +128,9 @@ def test_reclaim_preview_shows_each_jobs_outcome(client_as: Callable[[str | None
     assert short.status_code == 200 and b"<html" not in short.content
     preview = short.context["preview"]
     assert [j["job_id"] for j in preview["jobs"]] == [campus.job.pk]
-    assert b"loses 5 min 5 s of work" in short.content  # since its replica on robotics-01 was taken
+    # Since its replica on robotics-01 was taken (5 min before the campus fixture ran) plus the 5 s notice; the
+    # seconds grow with the time the fixture and the request take on a busy machine.
+    assert re.search(rb"loses 5 min [5-9] s of work", short.content)
     assert b"resumes from its replica on robotics-01" in short.content
     assert b"Shortest notice with no loss" in short.content
     longer = client.get(url, {"notice_s": str(int(preview["shortest_loss_free_notice_s"]) + 1)})

@@ -63,6 +63,16 @@ class AgentConsumer(AsyncWebsocketConsumer):
     _token: str = ""  # re-checked at every heartbeat: a token revoked or rotated mid-session ends the session
     _auth_timer: asyncio.Task[None] | None = None
     _budget: limits.SessionBudget | None = None
+    _arrivals: limits.Arrivals | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Each incoming message is stamped as it arrives: the budget charges arrivals, not handling (a backlog
+        behind a busy database is not a flood; :mod:`portal.control.link.limits`)."""
+        self._arrivals = limits.Arrivals(receive, limits.new_budget().clock)
+        try:
+            await super().__call__(scope, self._arrivals.receive, send)
+        finally:
+            await self._arrivals.close()
 
     async def _count(self, event: str) -> None:
         """Count a link event; add this process's counts to the database when a flush is due."""
@@ -130,7 +140,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         """Take one message from the session's budget; over it: drop (counted), warn, close if it persists."""
         budget = self._budget if self._budget is not None else limits.new_budget()
         self._budget = budget
-        if budget.take():
+        if budget.take(self._arrivals.arrived_at if self._arrivals is not None else None):
             return False
         await self._count(limits.MESSAGES_DROPPED)
         if budget.persists:

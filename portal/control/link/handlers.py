@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from portal.control.activity import record_activity
 from portal.control.config import rn
 from portal.control.link import commands
 from portal.control.link import output as job_output
@@ -41,6 +42,7 @@ from portal.control.link.protocol import (
     TransferSent,
     Welcome,
     held_items,
+    job_gpu_util,
 )
 from portal.control.models import (
     AgentSession,
@@ -53,7 +55,7 @@ from portal.control.models import (
     TransferState,
 )
 from portal.control.progress import record_progress
-from portal.control.reclaim import lifecycle
+from portal.control.reclaim import evict, lifecycle
 from portal.control.reclaim.workflow import (
     close_placement,
     finish_started,
@@ -75,6 +77,7 @@ from portal.core.models import BandwidthSample, Checkpoint, Gpu, Job, Node, Plac
 from portal.core.models.nodes import hash_agent_token
 from portal.core.outbox import Task
 from portal.core.services.nodes import node_for_agent_token
+from portal.notify.dispatch import observe_heartbeats  # a lent GPU its lab uses (design §12)
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +335,11 @@ def record_heartbeats(seen: list[HeartbeatSeen]) -> list[HeartbeatSeen]:
                         .values_list("node_id", "job_id").order_by().distinct())
             mine = [key for key in mine if key in steps]
             record_progress({j: (steps[(n, j)], newest[n].received_at) for n, j in mine})  # and work done
+            utils = {(h.node_id, int(j["job_id"])): job_gpu_util(j) for h in beats for j in h.msg["jobs"]}
+            record_activity({j: (steps[(n, j)], utils.get((n, j)), newest[n].received_at) for n, j in mine})
         _sample_egress([h for h in beats if rows[h.node_id][3]], {pk: r[3] for pk, r in rows.items()})
+        observe_heartbeats([(h.node_id, h.msg.get("gpu_util")) for h in beats],
+                           {pk for pk, r in rows.items() if r[2] == NodeState.ONLINE})
         # The node rows last: their locks are held only until the commit right after (a reclaim locks a node row).
         # One time for the batch: the earliest receipt in it (at most FLUSH_S before the others).
         Node.objects.filter(pk__in=[h.node_id for h in beats]).update(
@@ -386,12 +393,15 @@ def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:
                          step=existing.step, final=msg["final"])
     ckpt_id = existing.pk
     if msg["final"]:
+        evict.lock_for_final_checkpoint(job.pk)  # job, then its open eviction, before the work (design §15.4)
         work = MigrationWork.objects.filter(migration__job=job, phase=MigrationPhase.CHECKPOINTING).first()
         if work is not None:
             MigrationWork.objects.filter(pk=work.pk, restore_sequence__isnull=True).update(
                 restore_sequence=existing.sequence, checkpointed_at=timezone.now())
             Checkpoint.objects.filter(pk=existing.pk).update(completed_at=timezone.now())
             mig_id = work.migration_id
+            if evict.checkpointed(mig_id):  # an eviction's (design §15): off the node now
+                return
             outbox.enqueue(Task.ADVANCE_MIGRATION, mig_id)
             return
     if job.state == JobState.RUNNING:

@@ -2,7 +2,9 @@
 
 Each agent session may send :data:`RATE_PER_S` messages a second (a token bucket holding :data:`BURST` of
 them); what exceeds it is dropped and counted, the agent is warned at most once a second, and a session that
-keeps flooding for :data:`STRIKES_TO_CLOSE` seconds in a row is closed. Unauthenticated websocket attempts and
+keeps flooding for :data:`STRIKES_TO_CLOSE` seconds in a row is closed. Messages are charged at the moment they
+arrived (:class:`Arrivals`), not when the consumer gets to them: a consumer stalled behind a busy database
+handles its backlog all at once, and that is not the agent flooding. Unauthenticated websocket attempts and
 dropped messages are counted in this process's memory and added to :class:`~portal.control.models.LinkCounter`
 rows at most every :data:`FLUSH_S` (one UPDATE per counter), so a flood writes no row per attempt; ``/metrics``
 reads the rows (``reclaimnet_agent_link_events_total``).
@@ -10,11 +12,14 @@ reads the rows (``reclaimnet_agent_link_events_total``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -45,13 +50,14 @@ class SessionBudget:
     _last_drop_second: int = -10
     _warned_second: int = -10
 
-    def take(self) -> bool:
-        """Whether one more message may be handled now (False: drop it)."""
-        now = self.clock()
+    def take(self, arrived_at: float | None = None) -> bool:
+        """Whether one more message may be handled (False: drop it), charged at ``arrived_at`` (on ``clock``;
+        default: now)."""
+        now = self.clock() if arrived_at is None else arrived_at
         if self.updated_at < 0:
             self.updated_at = now
-        self.tokens = min(self.burst, self.tokens + (now - self.updated_at) * self.rate_per_s)
-        self.updated_at = now
+        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.updated_at) * self.rate_per_s)
+        self.updated_at = max(self.updated_at, now)
         if self.tokens >= 1.0:
             self.tokens -= 1.0
             second = int(now)
@@ -76,6 +82,48 @@ class SessionBudget:
     @property
     def persists(self) -> bool:
         return self.strikes >= STRIKES_TO_CLOSE
+
+
+class Arrivals:
+    """A session's incoming messages, each stamped with ``clock()`` the moment this process received it.
+
+    The consumer handles one message at a time, and the server queues the others meanwhile; a pump task takes
+    each one off that queue as it arrives and stamps it. :meth:`receive` hands them over in the same order and
+    sets :attr:`arrived_at`, the stamp of the message being handled, which the budget charges
+    (:meth:`SessionBudget.take`)."""
+
+    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]], clock: Callable[[], float]) -> None:
+        self._upstream = receive
+        self._clock = clock
+        self._stamped: asyncio.Queue[tuple[float, dict[str, Any] | BaseException]] = asyncio.Queue()
+        self._pump: asyncio.Task[None] | None = None
+        self.arrived_at: float | None = None
+
+    async def receive(self) -> dict[str, Any]:
+        """The next message (the server's ``receive``), its arrival in :attr:`arrived_at`."""
+        if self._pump is None:
+            self._pump = asyncio.ensure_future(self._run())
+        self.arrived_at, message = await self._stamped.get()
+        if isinstance(message, BaseException):
+            raise message
+        return message
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                message = await self._upstream()
+                self._stamped.put_nowait((self._clock(), message))
+                if message.get("type") == "websocket.disconnect":
+                    return
+        except Exception as exc:  # handed to the consumer, which would otherwise wait for ever
+            self._stamped.put_nowait((self._clock(), exc))
+
+    async def close(self) -> None:
+        """Stop the pump (the consumer has ended)."""
+        if self._pump is not None and not self._pump.done():
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
 
 
 def new_budget() -> SessionBudget:

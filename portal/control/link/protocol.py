@@ -42,6 +42,7 @@ class HeldCheckpoint(TypedDict):
 class JobStep(TypedDict):
     job_id: int
     step: int
+    gpu_util: NotRequired[float]  # heartbeats: mean utilisation of the job's GPUs, percent (design §15)
 
 
 class Hello(TypedDict):
@@ -161,6 +162,26 @@ class KillswitchEngaged(TypedDict):
 
 
 # --- portal → agent (built in portal.control.link.commands) --------------------------------------------------------
+class StartJob(TypedDict):
+    """Start (or resume from ``restore_sequence``) a job on the node's GPUs (sent by ``workflow.start_on``)."""
+
+    type: Literal["start_job"]
+    job_id: int
+    command: str
+    gpus: list[int]
+    interval_s: float
+    next_sequence: int
+    restore_sequence: int | None
+    restore_sha256: str | None
+    reason: str
+    # Job results (design §14): the directory (relative to the job's work directory, "" for none) the agent
+    # uploads to the portal with the final checkpoint when the job ends, and also at each checkpoint if asked.
+    output_dir: NotRequired[str]
+    upload_with_checkpoints: NotRequired[bool]
+    # The fair queue (design §16.6): RECLAIMNET_ARRAY_ID and RECLAIMNET_ARRAY_INDEX for an array's task.
+    env: NotRequired[dict[str, str]]
+
+
 class Welcome(TypedDict):
     type: Literal["welcome"]
     node_id: int
@@ -236,6 +257,17 @@ def _check_job_steps(items: list[Any]) -> None:
             raise ProtocolError("jobs: step must be an integer")
         if not (0 < item["job_id"] <= MAX_INT and -MAX_INT <= step <= MAX_INT):
             raise ProtocolError("jobs: job_id or step out of range")
+        if "gpu_util" in item and job_gpu_util(item) is None:
+            raise ProtocolError("jobs: gpu_util must be a finite number from 0 to 100")
+
+
+def job_gpu_util(item: dict[str, Any]) -> float | None:
+    """A heartbeat job item's ``gpu_util`` (percent, the mean over the job's GPUs; design §15), or None when
+    absent or not a finite number in [0, 100]."""
+    value = item.get("gpu_util")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value) if 0.0 <= value <= 100.0 else None
 
 
 def _check_held(items: Any) -> None:

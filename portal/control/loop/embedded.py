@@ -24,6 +24,7 @@ from portal.control.loop.housekeeping import housekeeping
 from portal.control.loop.reconcile import reconcile
 from portal.control.loop.ticks import TickContext, control_tick
 from portal.core import idempotency, outbox
+from portal.notify.dispatch import periodic as notify_periodic  # beat's notify tasks (design §12)
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ async def _tick_loop(period_s: float) -> None:
         try:
             await database_sync_to_async(control_tick)(context=context)
             await database_sync_to_async(reconcile)()
+            await database_sync_to_async(notify_periodic)()
         except Exception:  # one bad tick must not stop the loop; the next one re-reads everything
             log.exception("control tick failed")
         await asyncio.sleep(period_s)

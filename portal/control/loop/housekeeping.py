@@ -21,6 +21,7 @@ from django.utils import timezone
 from portal.control.config import rn
 from portal.control.link import commands, handlers, presence
 from portal.core.models import BandwidthSample, DecisionLog
+from portal.core.services.results import prune_old_results
 
 RAW_KEEP_S = 86400.0
 MINUTE_KEEP_S = 30 * 86400.0
@@ -69,4 +70,5 @@ def housekeeping(now: dt.datetime | None = None) -> dict[str, int]:
     """What beat runs every ten minutes (and the embedded default beside its outbox pruning)."""
     return {**roll_up_samples(now), "decision_logs_pruned": prune_decision_logs(now),
             "commands_pruned": commands.prune(now), "reports_pruned": handlers.prune_received(now),
-            "link_servers_pruned": presence.prune(now)}
+            "link_servers_pruned": presence.prune(now),
+            "results_files_pruned": prune_old_results(now)}  # jobs ended over RESULTS_KEEP_DAYS ago (design §14)

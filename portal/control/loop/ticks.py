@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
@@ -17,6 +18,7 @@ from django.utils import timezone
 from portal.control.config import rn
 from portal.control.link import commands, presence
 from portal.control.loop.estimates import EstimatorCache, update_estimates
+from portal.control.loop.loans import loans_tick
 from portal.control.loop.windows import start_window_ends
 from portal.control.models import (
     MigrationPhase,
@@ -49,7 +51,7 @@ from portal.control.reclaim.workflow import (
 )
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.core import campus as campus_model
-from portal.core import events
+from portal.core import events, outbox
 from portal.core.bulk import update_columns
 from portal.core.campus import (
     Campus,
@@ -69,10 +71,10 @@ from portal.core.models import (
     MigrationMode,
     Node,
     Placement,
-    PriorityClass,
     ReclaimEvent,
 )
 from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S
+from portal.queue import placement as queue_placement
 from scheduler.p1 import P1Jobs, plan_checkpoints
 from scheduler.p2 import select_destination, survival
 
@@ -214,11 +216,47 @@ def p1_tick(now: dt.datetime | None = None) -> int:
     return len(which)
 
 
-PRIORITY_ORDER = {PriorityClass.INTERACTIVE: 0, PriorityClass.STANDARD: 1, PriorityClass.BEST_EFFORT: 2}
+PLACEMENT_GATHER_S = 0.5  # a placement pass waits this long for the submits that arrive with the first one
+PASS_PENDING_KEY = "placement-pass-pending"  # in the cache: a pass is queued and has not started yet
+PASS_PENDING_TTL_S = 10.0  # a pass lost before it started stops holding submits back after this
+
+
+def request_placement(job_id: int) -> str:
+    """A submit's placement (the task its outbox row queues): one pass over every queued job
+    (:func:`place_queued`) shortly after, shared by all the submits that arrive before it starts (design §10).
+
+    A burst of N submits costs a few passes — each one campus read, its jobs placed in queue order — instead
+    of N. No submit is left out: this job committed before its task ran, and the pass it joins has not started
+    (:func:`placement_pass` clears the flag before it reads the queue), so it reads the queue after the job
+    exists; a submit that arrives while a pass runs queues the next one. A job already placed or cancelled
+    needs no pass. A pass lost before it started holds submits back for at most ``PASS_PENDING_TTL_S``, and the
+    control tick places whatever is left every control period. The flag is the cache's (Redis in production,
+    this process's memory in the embedded default, whose relay runs every task here)."""
+    if not Job.objects.filter(pk=job_id, state=JobState.QUEUED).exists():
+        return "not queued"
+    if not cache.add(PASS_PENDING_KEY, job_id, timeout=PASS_PENDING_TTL_S):
+        return "joined a pending pass"
+    # ``inline`` relays (tests) run only rows that are due now: no gathering there.
+    gather_s = 0.0 if outbox.relay_mode() == "inline" else PLACEMENT_GATHER_S
+    try:
+        with transaction.atomic():
+            outbox.enqueue(outbox.Task.PLACE_QUEUED, delay_s=gather_s)
+    except BaseException:
+        cache.delete(PASS_PENDING_KEY)
+        raise
+    return "pass queued"
+
+
+def placement_pass() -> int:
+    """The pass submits requested: the flag cleared first (a submit from now on queues the next pass), then
+    :func:`place_queued`."""
+    cache.delete(PASS_PENDING_KEY)
+    return place_queued()
 
 
 def place_job(job_id: int) -> str:
-    """Place one queued job now (the task a submit queues); see :func:`place_on`."""
+    """Place one queued job now, on its own campus read (tools and tests; a submit's task requests a shared pass,
+    :func:`request_placement`); see :func:`place_on`."""
     with transaction.atomic():
         lock_allocation()  # before the job's row lock: every allocating transaction takes the two in this order
         job = Job.objects.select_for_update().get(pk=job_id)
@@ -293,28 +331,21 @@ def place_on(job: Job, campus: Campus) -> str:
 
 
 def place_queued() -> int:
-    """Try every queued job in priority order, oldest first, on one snapshot of the campus.
+    """The fair queue's pass (design §16.6), on one snapshot of the campus: ``scheduler.queue`` orders the
+    waiting jobs by priority (class, fair share, age), holds back those over quota, with unmet dependencies or
+    beyond their array's throttle, reserves GPUs for the first job that does not fit and backfills behind it;
+    the jobs it starts are placed one by one with :func:`place_on` on the node it chose, each in its own
+    savepoint, seeing the GPUs the previous ones took. Every waiting job's priority terms, reason and estimated
+    start are rewritten; over-quota jobs in the way of a job within quota are checkpointed and requeued.
 
-    Nothing is read when even the smallest queued job needs more GPUs than any lent node has free; a job no
-    node could take even without a checkpoint to restore (the hardware check needs no query) is skipped; the others are placed one by one, each in its own savepoint, seeing the GPUs the previous
-    ones took."""
+    One statement is read when no job is queued; three when no job could start now, none is to be preempted
+    and every waiting job's standing is recent (``queue_placement.pass_needed``): a quiet queue is re-ranked
+    every ``STANDING_MAX_AGE_S``, not every period."""
     with transaction.atomic():
         lock_allocation()
-        jobs = list(Job.objects.select_for_update(skip_locked=True).filter(state=JobState.QUEUED))
-        if not jobs:
+        if not queue_placement.pass_needed():
             return 0
-        if min(j.gpu_count for j in jobs) > campus_model.most_gpus_free_on_a_lent_node():
-            return 0  # the smallest queued job fits nowhere: no need to read the whole campus
-        jobs.sort(key=lambda j: (PRIORITY_ORDER.get(j.priority_class, 1), j.pk))
-        campus = campus_model.load()
-        placed = 0
-        for job in jobs:
-            if not campus.feasible(job).any():
-                continue
-            with transaction.atomic():
-                if place_on(job, campus).startswith(("placed", "resuming")):
-                    placed += 1
-    return placed
+        return queue_placement.run_pass(campus_model.load(), place_on).placed
 
 
 def expire_starts() -> None:
@@ -425,6 +456,7 @@ def control_tick(now: dt.datetime | None = None, context: TickContext | None = N
         changed = p1_tick(now)
         if due["moves"] or due["starts"]:
             expire_starts()
+        loans_tick(now)  # the idle watchdog and the loan timer (design §15): releases free GPUs before placement
         placed = place_queued()
         if due["releases"]:
             release_finished()

@@ -213,7 +213,8 @@ def _apply_plan(reclaim: ReclaimEvent, plan: ReclaimPlan) -> None:
         publish_after_commit(job_groups(job, (node.pk, jp.destination_pk)), "migration", job_id=job.pk,
                              mode="planned", migration_id=mig.pk, destination=jp.destination_pk,
                              rate_bytes_per_s=jp.rate_bytes_per_s)
-        events.emit("job.warned", job=job, reclaim=reclaim, destination=jp.destination_pk)
+        events.emit("job.warned", job=job, reclaim=reclaim, destination=jp.destination_pk,
+                    expected_loss_s=float(jp.expected_loss_s), leave_s=float(jp.leave_s))
 
 
 def _apply_replanned_rates(changes: tuple[tuple[int, float | None, float], ...], decision_id: object) -> None:

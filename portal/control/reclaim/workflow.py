@@ -51,6 +51,7 @@ from portal.core.models import (
     Placement,
     ReclaimEvent,
 )
+from portal.queue import env as queue_env
 from scheduler.p3 import DSCP
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,10 @@ def start_on(job: Job, node_pk: int, gpu_indices: list[int], restore: Checkpoint
     commands.send(node_pk, "start_job", job_id=job.pk, command=job.command, gpus=list(gpu_indices),
                   interval_s=interval, next_sequence=next_sequence(job),
                   restore_sequence=restore.sequence if restore else None,
-                  restore_sha256=restore.sha256 if restore else None, reason=reason)
+                  restore_sha256=restore.sha256 if restore else None, reason=reason,
+                  # design §14: what the agent uploads to the portal (when the job ends; at each checkpoint)
+                  output_dir=job.output_dir, upload_with_checkpoints=job.upload_with_checkpoints,
+                  **queue_env.start_fields(job))  # design §16.6: an array task's index in its environment
     publish_after_commit(job_groups(job, (node_pk,)), "job.state", job_id=job.pk, state="starting", node_id=node_pk)
 
 

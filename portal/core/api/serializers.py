@@ -39,6 +39,7 @@ from portal.core.services.nodes import (
     MAX_LINK_BYTES_PER_S,
 )
 from portal.core.services.reclaims import MAX_NOTICE_S
+from portal.queue import read as queue_read
 from scheduler.explain import REASONS as EXPLAIN_REASONS
 
 MAX_ID = 2**63 - 1  # a bigint: larger ids cannot exist, and the database refuses to compare with them
@@ -113,6 +114,7 @@ class NodeListQuerySerializer(serializers.Serializer):
 class JobListQuerySerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=JobState.choices, required=False)
     group = _id_filter("Only this research group's jobs.")
+    array = _id_filter("Only this array's jobs (design §16.6).")
 
 
 class ReclaimListQuerySerializer(serializers.Serializer):
@@ -337,7 +339,7 @@ class JobSerializer(serializers.ModelSerializer):
             "min_capability", "framework", "expected_runtime_s", "ckpt_bytes_estimate", "loss_budget_s",
             "restart_s", "priority_class", "state", "failure_reason", "submitted_at", "started_at", "finished_at",
             "progress_step", "work_done_s", "checkpoint_interval_s", "checkpoint_bandwidth_bytes_per_s",
-            "loss_budget_at_risk", "node",
+            "loss_budget_at_risk", "node", "output_dir", "upload_with_checkpoints",
         ]
         read_only_fields = fields
         extra_kwargs = {
@@ -370,6 +372,24 @@ class WaitingReasonSerializer(serializers.Serializer):
         "When the soonest lending window of a node that would fit opens; null when none is due."))
 
 
+QUEUE_DETAIL_FIELDS = ["priority", "estimated_start_at", "queue_reason", "array", "after_ok", "after_any"]
+
+
+class QueuePrioritySerializer(serializers.Serializer):
+    value = serializers.FloatField(help_text="The sum of the terms.")
+    terms = serializers.DictField(child=serializers.FloatField(), help_text='{"class", "fair_share", "age"}')
+    text = serializers.CharField(help_text='"0.72 = class 0.50 + fair share 0.18 + age 0.04"')
+    rank = serializers.IntegerField(help_text="Its place among the waiting jobs (1 = next).")
+    computed_at = serializers.DateTimeField()
+
+
+class JobArrayRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    index = serializers.IntegerField()
+    spec = serializers.CharField()
+    name = serializers.CharField()
+
+
 class JobDetailSerializer(JobSerializer):
     """A job as its detail answers it: with why it waits, computed on read from the campus read model."""
 
@@ -377,8 +397,51 @@ class JobDetailSerializer(JobSerializer):
         help_text="Why a queued job waits; null when it is not queued.")
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "waiting_reason"]
+        fields = [*JobSerializer.Meta.fields, "waiting_reason", *QUEUE_DETAIL_FIELDS]
         read_only_fields = fields
+
+    # The fair queue (design §16.6): read once per job (portal.queue.read).
+    priority = serializers.SerializerMethodField(help_text=(
+        "A queued job's priority and its terms (class + fair share + age), as the last control period computed "
+        "them; null when not queued."))
+    estimated_start_at = serializers.SerializerMethodField(help_text=(
+        "When a queued job is estimated to start (an estimate: running jobs' expected runtimes); null if none."))
+    queue_reason = serializers.SerializerMethodField(help_text=(
+        "Why the queue holds it back: over_quota, dependency, array_throttle, reserved, behind_others; null."))
+    array = serializers.SerializerMethodField(help_text="The array it belongs to: {id, index, spec, name}, or null.")
+    after_ok = serializers.SerializerMethodField(help_text="Job ids it starts after, once they completed.")
+    after_any = serializers.SerializerMethodField(help_text="Job ids it starts after, however they ended.")
+
+    def _queue(self, job: Job) -> dict[str, Any]:
+        cache = self.__dict__.setdefault("_queue_cache", {})
+        if job.pk not in cache:
+            cache[job.pk] = {**queue_read.job_queue(job), **queue_read.job_parents(job)}
+        return cache[job.pk]
+
+    @extend_schema_field(QueuePrioritySerializer(allow_null=True))
+    def get_priority(self, job: Job) -> dict[str, Any] | None:
+        return self._queue(job)["priority"]
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_estimated_start_at(self, job: Job) -> Any:
+        value = self._queue(job)["estimated_start_at"]
+        return None if value is None else serializers.DateTimeField().to_representation(value)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_queue_reason(self, job: Job) -> str | None:
+        return self._queue(job)["queue_reason"]
+
+    @extend_schema_field(JobArrayRefSerializer(allow_null=True))
+    def get_array(self, job: Job) -> dict[str, Any] | None:
+        return self._queue(job)["array"]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_after_ok(self, job: Job) -> list[int]:
+        return self._queue(job)["after_ok"]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_after_any(self, job: Job) -> list[int]:
+        return self._queue(job)["after_any"]
 
     @extend_schema_field(WaitingReasonSerializer(allow_null=True))
     def get_waiting_reason(self, job: Job) -> dict[str, Any] | None:
@@ -405,6 +468,22 @@ class JobSubmitSerializer(serializers.Serializer):
                                      default=None)
     restart_s = FiniteFloatField(min_value=0.0, max_value=24 * 3600.0, default=30.0)
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.STANDARD)
+    output_dir = StrictCharField(max_length=500, required=False, allow_blank=True, default="", help_text=(
+        "A directory relative to the job's working directory (no absolute path, no '..'; '.' for all of it) "
+        "whose files the agent uploads when the job ends, with its final checkpoint (design §14). Empty: none."))
+    upload_with_checkpoints = serializers.BooleanField(
+        required=False, default=False, help_text="Also upload the output directory with each checkpoint.")
+
+    # The fair queue (design §16.6): checked by portal.queue.submit, errors naming the field.
+    array = StrictCharField(max_length=200, required=False, allow_blank=True, default="", help_text=(
+        'Submit an array: one job per index, e.g. "0-49" or "0-49%8" (at most 8 running at once); each job sees '
+        "RECLAIMNET_ARRAY_INDEX. The answer is then the array and its jobs."))
+    after_ok = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, default=list,
+                                     max_length=100, help_text=(
+                                         "Job ids this job waits for; it starts once every one completed, and is "
+                                         "cancelled if one fails or is cancelled."))
+    after_any = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, default=list,
+                                      max_length=100, help_text="Job ids this job waits for, however they end.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs.get("command", "").strip() and not attrs.get("image", "").strip():

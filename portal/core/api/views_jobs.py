@@ -14,6 +14,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.control.reclaim import evict
 from portal.core import permissions
 from portal.core.api import rows
 from portal.core.api import serializers as s
@@ -21,6 +22,9 @@ from portal.core.api.idempotency import idempotent
 from portal.core.api.mixins import RowListMixin, ServiceErrorsMixin
 from portal.core.models import Job, ResearchGroup
 from portal.core.services import jobs as job_services
+from portal.queue import api as queue_api
+from portal.queue import submit as queue_submit
+from portal.queue.models import JobArray
 
 
 def _default_group(user: Any) -> ResearchGroup:
@@ -40,7 +44,7 @@ class JobViewSet(ServiceErrorsMixin, RowListMixin, mixins.ListModelMixin, mixins
     parser_classes = [JSONParser]
     permission_classes = [IsAuthenticated, permissions.CanCancelJob]
     # Actions that move the job's lifecycle: a refused or raced transition answers 409 (the schema says so).
-    transition_actions = frozenset({"cancel"})
+    transition_actions = frozenset({"cancel", "resume"})
 
     def get_serializer_class(self) -> type[serializers.BaseSerializer]:
         """The detail adds ``waiting_reason`` (computed on read: the list stays as cheap as it was)."""
@@ -60,6 +64,8 @@ class JobViewSet(ServiceErrorsMixin, RowListMixin, mixins.ListModelMixin, mixins
                 queryset = queryset.filter(state=filters["state"])
             if "group" in filters:
                 queryset = queryset.filter(group_id=filters["group"])
+            if "array" in filters:  # one array's jobs (design §16.6)
+                queryset = queryset.filter(array_task__array_id=filters["array"])
         return queryset
 
     @extend_schema(request=s.JobSubmitSerializer, responses={201: s.JobSerializer})
@@ -72,12 +78,19 @@ class JobViewSet(ServiceErrorsMixin, RowListMixin, mixins.ListModelMixin, mixins
         serializer = s.JobSubmitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        group = data.pop("group", None) or _default_group(user)
-        if not permissions.can_submit_to_group(user, group):
+        group = data.pop("group", None)
+        if group is None:
+            group = _default_group(user)  # one of the user's own groups: no membership to check again
+        elif not permissions.can_submit_to_group(user, group):
             raise PermissionDenied("You may only submit jobs for a research group you belong to.")
-        job = job_services.submit_job(user, group=group, **data)
-        # JobSerializer's answer, from plain rows (portal/core/api/rows.py, design §10).
-        answer = rows.job_rows(list(rows.JOB_PLAN.values(self.get_queryset().filter(pk=job.pk))))[0]
+        queue_fields = {k: data.pop(k) for k in ("array", "after_ok", "after_any") if k in data}  # design §16.6
+        job = queue_submit.submit_any(user, group=group, **data, **queue_fields)
+        if isinstance(job, JobArray):  # an array: the array and its jobs (portal.queue.api)
+            return Response(queue_api.array_submitted(job), status=status.HTTP_201_CREATED)
+        # JobSerializer's answer, from plain rows (portal/core/api/rows.py, design §10); no node: a job is placed
+        # only after its transaction commits.
+        row = rows.JOB_PLAN.values(self.get_queryset().filter(pk=job.pk)).get()
+        answer = rows.JOB_PLAN.row({**row, "_node": None})
         return Response(answer, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=s.JobSerializer)
@@ -85,6 +98,15 @@ class JobViewSet(ServiceErrorsMixin, RowListMixin, mixins.ListModelMixin, mixins
     @idempotent
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = job_services.cancel_job(self.get_object(), request.user)
+        return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data)
+
+    @extend_schema(request=None, responses=s.JobSerializer,
+                   description="Resume a job the idle watchdog or the loan timer released (state `suspended`): it is "
+                               "queued again and resumes from its checkpoint (design §15). Its owner or an admin.")
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        job = evict.resume_job(self.get_object(), request.user)
         return Response(s.JobSerializer(self.get_queryset().get(pk=job.pk)).data)
 
     @extend_schema(responses=s.CheckpointSerializer(many=True))

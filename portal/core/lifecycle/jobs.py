@@ -5,11 +5,13 @@ queued ──place──▶ running ──reclaim──▶ migrating ──resum
   ▲                 │  │                   │
   └──requeue────────┘  └─▶ completed       └─▶ queued (no destination: degraded, waits for a node)
 any live state ──▶ cancelled | failed
+migrating ──release (idle watchdog, loan timer)──▶ suspended ──resume──▶ queued   (design §15)
 ```
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
@@ -28,6 +30,7 @@ class JobState(models.TextChoices):
     COMPLETED = "completed", "completed"
     FAILED = "failed", "failed"
     CANCELLED = "cancelled", "cancelled"
+    SUSPENDED = "suspended", "suspended"  # released by the idle watchdog or the loan timer; its owner resumes it
 
 
 TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
@@ -37,15 +40,27 @@ ALLOWED: dict[str, frozenset[str]] = {
     JobState.RUNNING: frozenset(
         {JobState.MIGRATING, JobState.QUEUED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
     ),
-    JobState.MIGRATING: frozenset({JobState.RUNNING, JobState.QUEUED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.MIGRATING: frozenset(
+        {JobState.RUNNING, JobState.QUEUED, JobState.FAILED, JobState.CANCELLED, JobState.SUSPENDED}
+    ),
+    # Released by the idle watchdog or the loan timer (design §15): off its node, resumable by its owner.
+    JobState.SUSPENDED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
     JobState.COMPLETED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
 }
 
 
+# Called with the job after it moved to failed, cancelled or completed, in the same transaction (the fair queue
+# registers what happens to its dependants, design §16.6).
+END_HOOKS: list[Callable[[Job], None]] = []
+
+
 def _move(job: Job, target: str, **extra: Any) -> None:
     apply_transition("job", ALLOWED, job, target, extra)
+    if target in TERMINAL:
+        for hook in END_HOOKS:
+            hook(job)
 
 
 def start(job: Job) -> None:
@@ -63,6 +78,17 @@ def begin_migration(job: Job) -> None:
 
 def requeue(job: Job) -> None:
     """No destination now (or its node vanished): wait in the queue for one."""
+    _move(job, JobState.QUEUED)
+
+
+def suspend(job: Job) -> None:
+    """Released by the idle watchdog or the loan timer after its final checkpoint (migrating → suspended, design
+    §15): it holds no GPU and waits for its owner."""
+    _move(job, JobState.SUSPENDED)
+
+
+def resume(job: Job) -> None:
+    """Its owner resumed it (suspended → queued): placement resumes it from its checkpoint (design §15)."""
     _move(job, JobState.QUEUED)
 
 

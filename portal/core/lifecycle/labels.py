@@ -23,6 +23,7 @@ JOB_STATES: dict[str, str] = {
     "completed": "completed",
     "failed": "failed",
     "cancelled": "cancelled",
+    "suspended": "suspended (released while idle or at the end of its loan; its owner can resume it)",
 }
 # What the refused action would have done, by the state it asked for ("cannot …").
 NODE_TARGETS: dict[str, str] = {
@@ -40,6 +41,7 @@ JOB_TARGETS: dict[str, str] = {
     "completed": "complete",
     "failed": "be marked failed",
     "cancelled": "be cancelled",
+    "suspended": "be suspended",
 }
 # What the person can do instead, by (current state, refused target); a target of None matches any.
 NODE_HINTS: dict[tuple[str, str | None], str] = {
@@ -54,6 +56,7 @@ JOB_HINTS: dict[tuple[str, str | None], str] = {
     ("completed", None): "It has finished; nothing is left to stop.",
     ("failed", None): "It has finished; nothing is left to stop.",
     ("cancelled", None): "It has finished; nothing is left to stop.",
+    ("suspended", "running"): "Resume it first: it goes back to the queue and starts from its checkpoint.",
 }
 
 _STATES = {"node": NODE_STATES, "job": JOB_STATES}

@@ -8,6 +8,7 @@ from portal.core.models.nodes import Gpu, LendingWindow, Node
 from portal.core.models.outbox import IdempotencyKey, OutboxMessage
 from portal.core.models.output import JobOutput, JobOutputChunk
 from portal.core.models.reclaims import Migration, MigrationMode, ReclaimEvent, ReclaimKind, ReclaimOutcome
+from portal.core.models.results import GroupResultsCap, JobResultFile, JobResults, ResultKind, ResultsState
 from portal.core.models.telemetry import (
     BandwidthSample,
     HazardEstimate,
@@ -23,12 +24,15 @@ __all__ = [
     "Checkpoint",
     "DecisionLog",
     "Gpu",
+    "GroupResultsCap",
     "HazardEstimate",
     "HazardScope",
     "IdempotencyKey",
     "Job",
     "JobOutput",
     "JobOutputChunk",
+    "JobResultFile",
+    "JobResults",
     "LendingWindow",
     "Link",
     "LinkEstimate",
@@ -44,5 +48,7 @@ __all__ = [
     "ReclaimKind",
     "ReclaimOutcome",
     "ResearchGroup",
+    "ResultKind",
+    "ResultsState",
     "Switch",
 ]

@@ -47,6 +47,11 @@ class Job(models.Model):
     checkpoint_interval_s = models.FloatField(null=True, blank=True)
     checkpoint_bandwidth_bytes_per_s = models.FloatField(null=True, blank=True)
     loss_budget_at_risk = models.BooleanField(default=False)
+    # Results the agent uploads to the portal (design §14): a directory relative to the job's work directory.
+    output_dir = models.CharField(max_length=500, blank=True, default="",
+                                  help_text="relative to the job's working directory; uploaded when the job ends")
+    upload_with_checkpoints = models.BooleanField(default=False,
+                                                  help_text="also upload the output directory at each checkpoint")
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

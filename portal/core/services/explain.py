@@ -149,8 +149,10 @@ def waiting_reason(job: Job, facts: CampusFacts | None = None) -> dict[str, Any]
         moving_to=Subquery(Migration.objects.filter(job=OuterRef("pk"), finished_at__isnull=True,
                                                     destination__isnull=False).values("destination__name")[:1]),
         restore_cc=Subquery(restorable.values("compute_capability")[:1]),
-    ).values_list("starting_on", "moving_to", "restore_cc").first()
-    starting_on, moving_to, cc = row or (None, None, None)
+    ).values_list("starting_on", "moving_to", "restore_cc", "queue_entry__reason", "queue_entry__reason_text",
+                  ).first()
+    # The fair queue's reason (design §16.6), read in the same statement: the last control period's verdict.
+    starting_on, moving_to, cc, queue_reason, queue_text = row or (None, None, None, None, None)
     if starting_on is not None:
         return {"text": f"It is starting on {starting_on}: the scheduler is waiting for the node to confirm the "
                         f"start.", "reasons": [], "next_window_at": None}
@@ -162,6 +164,8 @@ def waiting_reason(job: Job, facts: CampusFacts | None = None) -> dict[str, Any]
                      compatible=None if cc is None else facts.capability >= float(cc))
     summary = words.summarise(facts.nodes, needs)
     reason = summary.as_dict()
+    reason["queue_reason"] = queue_reason or None
+    reason["text"] = words.with_queue_words(reason["text"], queue_text or "", summary.fits_now)
     reason["next_window_at"] = None
     if summary.next_window_s is not None:  # windows open on the minute
         opens = facts.at + dt.timedelta(seconds=summary.next_window_s + 30)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -16,10 +17,17 @@ from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import Gpu, Job, PriorityClass, ResearchGroup
 from portal.core.services._validate import fail, fail_fields, integer, number, text
 from portal.core.services.audit import audit
+from portal.core.services.results import clean_output_dir
 
 MAX_GPUS_PER_JOB = 16  # a gang job is moved whole and must fit one node (design §1)
 MAX_CKPT_BYTES = 10 * 2**40  # 10 TiB; the paper's largest checkpoint was 48 GB
 MAX_RUNTIME_S = 365 * 24 * 3600.0
+
+# Submit rules another app owns, each called with the cleaned values (``priority_class``, ``gpu_count``, ``group``)
+# and answering {field: message} to refuse (empty: fine). The control app registers the ladder's per-class GPU
+# limit when it is ready (design §15.1), so every caller of :func:`submit_job` is held to it and core services
+# import no control module (design §9.3).
+SUBMIT_RULES: list[Callable[[Mapping[str, Any]], dict[str, str]]] = []
 
 
 def submit_job(
@@ -38,6 +46,8 @@ def submit_job(
     loss_budget_s: float | None = None,
     restart_s: float = 30.0,
     priority_class: str = PriorityClass.STANDARD,
+    output_dir: str = "",
+    upload_with_checkpoints: bool = False,
 ) -> Job:
     """Queue a job charged to ``group`` (the actor must belong to it, or be an admin)."""
     if actor is not None and not permissions.can_submit_to_group(actor, group):
@@ -70,15 +80,23 @@ def submit_job(
     restart = number("restart_s", restart_s, minimum=0, maximum=24 * 3600.0)
     if priority_class not in PriorityClass.values:
         fail("priority_class", f"Choose one of {', '.join(PriorityClass.values)}.")
+    for rule in SUBMIT_RULES:
+        fail_fields(rule({"priority_class": priority_class, "gpu_count": gpu_count, "group": group}))
     fail_fields(campus_misfit(gpu_count, vram, capability))
+    output_dir = clean_output_dir(output_dir)  # design §14: relative, inside the job's working directory
+    if not isinstance(upload_with_checkpoints, bool):
+        fail("upload_with_checkpoints", "true or false is required.")
     owner = actor if actor is not None else None
     if owner is None:
         fail("owner", "A job needs an owner.")
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (the API's idempotency key, an array): nothing here is retried
+    # on its own, an error fails the whole submit (two statements fewer per submit, design §10).
+    with transaction.atomic(savepoint=False):
         job = Job.objects.create(
             name=name, owner=owner, group=group, command=command, image=image, gpu_count=gpu_count,
             vram_gb_per_gpu=vram, min_capability=capability, framework=framework, expected_runtime_s=runtime,
             ckpt_bytes_estimate=ckpt, loss_budget_s=budget, restart_s=restart, priority_class=priority_class,
+            output_dir=output_dir, upload_with_checkpoints=upload_with_checkpoints,
         )
         audit(actor, "job.submit", job, group=group.slug, gpus=gpu_count)
         outbox.enqueue(outbox.Task.PLACE_JOB, job.pk)

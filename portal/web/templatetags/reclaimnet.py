@@ -156,15 +156,21 @@ def copies(checkpoint: Any, holders: Any = None) -> str:
     ``holders`` (the checkpoint's ``replica_nodes``, prefetched by the caller) saves a query; its transfers are
     read from ``checkpoint.transfers`` (prefetch ``transfers__destination`` to save one more)."""
     holders = list(checkpoint.replica_nodes.all() if holders is None else holders)
-    held = {n.pk for n in holders}
-    transfers = list(checkpoint.transfers.all())
-    dropped = sorted({t.destination.name for t in transfers if t.state == "received" and t.destination_id not in held})
-    flying = sorted({t.destination.name for t in transfers if t.state == "issued" and t.destination_id not in held})
-    failed = sorted({t.destination.name for t in transfers if t.state == "failed"} - set(dropped) - set(flying)
-                    - {n.name for n in holders})
+    return copies_words({n.pk: n.name for n in holders},
+                        [(t.state, t.destination_id, t.destination.name) for t in checkpoint.transfers.all()])
+
+
+def copies_words(holders: dict[int, str], transfers: list[tuple[str, int, str]]) -> str:
+    """:func:`copies` from plain rows: the nodes holding a copy now ({pk: name}) and the checkpoint's transfers
+    as (state, destination pk, destination name) — what the job timeline reads for many checkpoints at once."""
+    held = set(holders)
+    dropped = sorted({name for state, dest, name in transfers if state == "received" and dest not in held})
+    flying = sorted({name for state, dest, name in transfers if state == "issued" and dest not in held})
+    failed = sorted({name for state, _, name in transfers if state == "failed"} - set(dropped) - set(flying)
+                    - set(holders.values()))
     parts = []
     if holders:
-        parts.append("copied to " + ", ".join(sorted(n.name for n in holders)))
+        parts.append("copied to " + ", ".join(sorted(holders.values())))
     if dropped:
         parts.append("was copied to " + ", ".join(dropped) + " (that copy has since been dropped)")
     if flying:

@@ -7,6 +7,7 @@ job id is a 404. Every write goes through ``portal.core.services.jobs``.
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,18 +16,25 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Prefetch, Q, prefetch_related_objects
+from django.db.models import Prefetch, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from portal.control.loop.loans import loan_state
+from portal.control.models import Transfer
 from portal.core.lifecycle import ConcurrentTransition, InvalidTransition
 from portal.core.lifecycle.jobs import TERMINAL
-from portal.core.models import DecisionLog, Job, Placement
+from portal.core.models import Checkpoint, DecisionLog, Job, Migration, Placement
 from portal.core.services import explain
 from portal.core.services import jobs as job_services
+from portal.core.services.results import page_results
+from portal.queue import read as queue_read
+from portal.queue import submit as queue_submit
+from portal.queue.models import JobArray
 from portal.web.access import jobs_for, page_roles, user_groups
 from portal.web.forms import JobForm, apply_service_errors
+from portal.web.templatetags.reclaimnet import copies_words
 from portal.web.views.common import render_page, submit_once
 
 
@@ -51,12 +59,16 @@ def job_list(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "")
     if state == "live":
         jobs = jobs.exclude(state__in=TERMINAL)
+    array = request.GET.get("array", "")  # one array's tasks (design §16.6)
+    jobs = jobs.select_related("array_task__array").filter(
+        **({"array_task__array_id": int(array)} if array.isdigit() else {}))
     rows = []
     for job in jobs[:200]:
         open_placement = job.open_placements[0] if job.open_placements else None
         rows.append({"job": job, "node": open_placement.node if open_placement else None})
     return render_page(
-        request, "web/researcher/jobs.html", {"rows": rows, "state": state}, {"jobs": "web/researcher/_jobs.html"}
+        request, "web/researcher/jobs.html", {"rows": rows, "state": state, "array": array if array.isdigit() else ""},
+        {"jobs": "web/researcher/_jobs.html"}
     )
 
 
@@ -70,12 +82,15 @@ def job_submit(request: HttpRequest) -> HttpResponse:
     def submit() -> HttpResponse:
         if form.is_valid():
             try:
-                job = job_services.submit_job(request.user, **form.service_kwargs())
+                job = queue_submit.submit_any(request.user, **form.service_kwargs(), **form.queue_kwargs())
             except ValidationError as exc:
                 apply_service_errors(form, exc, JobForm.SERVICE_FIELDS)
             except PermissionDenied:
                 form.add_error("group", "You are not a member of this group.")
             else:
+                if isinstance(job, JobArray):  # an array: its page lists its tasks (design §16.6)
+                    messages.success(request, f"Array {job.name} submitted: {job.size} jobs queued.")
+                    return redirect("queue:array-detail", array_id=job.pk)
                 messages.success(request, f"Job {job.name} submitted; it is queued for a GPU.")
                 return redirect("web:job-detail", job_id=job.pk)
         return render(request, "web/researcher/submit.html", {"form": form}, status=400 if form.errors else 200)
@@ -96,21 +111,40 @@ class TimelineEntry:
 CHECKPOINT_ROWS = 20  # a run of checkpoints lists its newest this many; "Show all" lists every one
 
 
-def timeline(job: Job, checkpoint_rows: int | None = CHECKPOINT_ROWS) -> list[TimelineEntry]:
+@dataclass(slots=True)
+class CheckpointRow:
+    """One checkpoint as the timeline shows it: a row of plain values, not a model instance (a long job writes
+    hundreds; design §10 "CPU per request"). ``copies`` is filled in for the rows shown."""
+
+    pk: int
+    sequence: int
+    size_bytes: int
+    taken_at: datetime
+    completed_at: datetime | None
+    node_name: str | None
+    copies: str = ""
+
+
+def timeline(job: Job, checkpoint_rows: int | None = CHECKPOINT_ROWS, placements: list[Placement] | None = None,
+             migrations: list[Migration] | None = None) -> list[TimelineEntry]:
     """Placements, checkpoints, reclaims and migrations of one job, newest first; each placement and migration
     with its reason in plain words from the decision log (``portal.core.services.explain``).
 
     A run of consecutive checkpoints lists its newest ``checkpoint_rows`` (``None``: all); only the checkpoints
-    shown have their copies read (design §10 "CPU per request": a long job writes hundreds)."""
+    shown have their copies read (design §10 "CPU per request": a long job writes hundreds). ``placements`` and
+    ``migrations``: the job's, already read (with their nodes, reclaims and buildings)."""
     entries = [TimelineEntry(job.submitted_at, "submitted", "Submitted", {"group": job.group.name})]
-    placements = list(job.placements.select_related("node", "node__building"))
-    migrations = list(job.migrations.select_related("source", "destination", "reclaim", "reclaim__node"))
+    if placements is None:
+        placements = list(job.placements.select_related("node", "node__building"))
+    if migrations is None:
+        migrations = list(job.migrations.select_related("source", "destination", "reclaim", "reclaim__node"))
     why = explain.decision_words(job, placements, migrations)
     for p in placements:
         entries.append(TimelineEntry(p.started_at, "placement", f"Placed on {p.node.name}",
                                      {"placement": p, "why": why.placement.get(p.pk),
                                       "interval_why": why.interval.get(p.pk)}))
-    for c in job.checkpoints.select_related("node"):
+    for c in (CheckpointRow(*row) for row in job.checkpoints.order_by().values_list(
+            "pk", "sequence", "size_bytes", "taken_at", "completed_at", "node__name")):
         took = (c.completed_at - c.taken_at).total_seconds() if c.completed_at else None
         entries.append(
             TimelineEntry(c.completed_at or c.taken_at, "checkpoint", f"Checkpoint #{c.sequence}",
@@ -152,9 +186,18 @@ def _read_copies(entries: list[TimelineEntry], checkpoint_rows: int | None) -> N
             rows = items if checkpoint_rows is None else items[:checkpoint_rows]
             entry.detail["shown"], entry.detail["hidden"] = rows, len(items) - len(rows)
             shown += rows
-    prefetch_related_objects([d["checkpoint"] for d in shown], "replica_nodes", "transfers__destination")
+    ids = [d["checkpoint"].pk for d in shown]
+    holders: dict[int, dict[int, str]] = defaultdict(dict)
+    for checkpoint_id, node_id, name in Checkpoint.replica_nodes.through.objects.filter(
+            checkpoint_id__in=ids).values_list("checkpoint_id", "node_id", "node__name"):
+        holders[checkpoint_id][node_id] = name
+    transfers: dict[int, list[tuple[str, int, str]]] = defaultdict(list)
+    for checkpoint_id, *transfer in Transfer.objects.filter(checkpoint_id__in=ids).values_list(
+            "checkpoint_id", "state", "destination_id", "destination__name"):
+        transfers[checkpoint_id].append(tuple(transfer))
     for detail in shown:
-        detail["replicas"] = list(detail["checkpoint"].replica_nodes.all())
+        checkpoint = detail["checkpoint"]
+        checkpoint.copies = copies_words(holders[checkpoint.pk], transfers[checkpoint.pk])
 
 
 def _group_checkpoints(entries: list[TimelineEntry]) -> list[TimelineEntry]:
@@ -223,18 +266,25 @@ def _waiting(job: Job) -> Callable[[], dict[str, Any] | None]:
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job(request, job_id)
-    placement = job.placements.filter(ended_at__isnull=True).select_related("node", "node__building").first()
     all_checkpoints = request.GET.get("checkpoints") == "all"
+    # Each read once, and only when the page or its fragment shows it (design §10 "CPU per request"): the status
+    # and the timeline share the job's placements and migrations.
+    placements = functools.cache(lambda: list(job.placements.select_related("node", "node__building")))
+    migrations = functools.cache(lambda: list(job.migrations.select_related(
+        "source", "destination", "reclaim", "reclaim__node")))
     context = {
         "job": job,
-        "placement": placement,
-        # built only when the page or its fragment shows it
-        "timeline": functools.cache(lambda: timeline(job, None if all_checkpoints else CHECKPOINT_ROWS)),
+        "placement": functools.cache(lambda: next((p for p in placements() if p.ended_at is None), None)),
+        "timeline": functools.cache(lambda: timeline(job, None if all_checkpoints else CHECKPOINT_ROWS,
+                                                     placements(), migrations())),
         "all_checkpoints": all_checkpoints,
         "waiting": _waiting(job),
-        "p1": p1_inputs(job),
+        "queue": functools.cache(lambda: queue_read.job_queue(job)),  # design §16.6: one statement, when shown
+        "p1": functools.cache(lambda: p1_inputs(job)),
         "can_cancel": job.state not in TERMINAL,
-        "migrations": job.migrations.select_related("source", "destination"),
+        "migrations": migrations,
+        "results": functools.cache(lambda: page_results(job.pk)),  # design §14: one query, when shown
+        "loan": functools.cache(lambda: loan_state(job, request.user)),  # design §15: two statements, when shown
     }
     return render_page(
         request,
