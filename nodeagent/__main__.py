@@ -55,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.check_config}: ok (portal {config.portal}, data_dir {config.data_dir}, "
               f"enforcement {config.enforcement})")
         return 0
-    agent = Agent(config)
+    try:
+        agent = Agent(config)
+    except ConfigError as exc:  # confinement (design §19): a job user that cannot reach data_dir, no cgroups
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     async def _run() -> int:
         loop = asyncio.get_running_loop()

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import random
 import re
 import signal
@@ -34,14 +35,16 @@ import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
 from nodeagent import jobkit
+from nodeagent.classbytes import ClassBytes
 from nodeagent.config import AgentConfig
+from nodeagent.confine import Confiner
 from nodeagent.edge import Edge
 from nodeagent.ended import ended_runs, last_progress
-from nodeagent.inventory import GpuInfo, inventory, job_utilisation, utilisation_source
+from nodeagent.inventory import GpuInfo, gpu_state_field, inventory, job_utilisation, utilisation_source
 from nodeagent.output import OutputShipper
 from nodeagent.results import ResultsUploader
 from nodeagent.runner import RunningJob, start_job
-from nodeagent.telemetry import EgressSampler
+from nodeagent.telemetry import EgressSampler, tx_total_bytes
 from nodeagent.transfer import (
     Expected,
     Faults,
@@ -52,6 +55,7 @@ from nodeagent.transfer import (
     token_hash,
 )
 
+MAX_REPORTED_SECONDS = 7 * 86400.0  # the portal refuses a checkpoint_done with a longer stall_s or write_s
 log = logging.getLogger("nodeagent")
 
 AGENT_VERSION = "0.1.0"
@@ -126,6 +130,8 @@ class Agent:
         self.heartbeat_interval_s = config.heartbeat_interval_s
         self.edge = Edge(config.iface, config.enforcement, config.link_capacity_bytes_per_s)
         self.egress = EgressSampler(config.iface)
+        # design §4 "Calibrated reserve": bytes per traffic class on the access link (and a trunk it sees)
+        self.class_bytes = ClassBytes(tx_total_bytes, getattr(config, "trunk_iface", None))
         self.receiver = Receiver(self.data_dir, self._on_received, self._on_rejected)
         self.faults = Faults(self.data_dir / "faults.json")
         self.sending: dict[str, SendControl] = {}  # transfer id → live rate knobs (set_rate)
@@ -148,6 +154,10 @@ class Agent:
         self.output = OutputShipper()  # the jobs' stdout+stderr, batched to the portal (design §9.11)
         # The jobs' output directories and final checkpoints, uploaded over HTTP in the background (design §14).
         self.results = ResultsUploader(self.data_dir, config.portal, config.token, faults=self.faults)
+        # Confined jobs (design §19): cgroup backend and job users, decided once; a predecessor's leftovers go.
+        self.confiner = Confiner.from_config(config, self.data_dir)
+        if config.kill_jobs_on_agent_exit:
+            self.confiner.sweep()
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -188,6 +198,10 @@ class Agent:
             uploader.cancel()
             await self.receiver.close()
             self.edge.close()
+            if self.config.kill_jobs_on_agent_exit:  # what the parent-death signal misses (escaped forks), §19
+                for job in self.jobs.values():
+                    job.signal(signal.SIGKILL)
+                    job.finish()
         return 0
 
     async def _session(self) -> None:
@@ -251,9 +265,19 @@ class Agent:
             "edge_backend": self.edge.backend_name,
             "checkpoints": held[:512],
             "checkpoints_truncated": len(held) > 512,
+            **self._gpu_state(),  # MIG and the GPUs' foreign processes (design §1 "Owner activity and MIG")
             # How far the jobs of a predecessor that died got: steps no heartbeat reported (nodeagent/ended.py).
             **({"ended_jobs": ended_runs(self.data_dir, self.jobs)} if self.report_ended else {}),
         }
+
+    def _gpu_state(self) -> dict[str, Any]:
+        """``{"gpu_state": …}``: each GPU's MIG layout and the processes on it that are none of the jobs' (their
+        PIDs are the runner's session leaders; design §1 "Owner activity and MIG"), or {} with no probe."""
+        try:
+            return gpu_state_field(self.gpus, {r.proc.pid for r in self.jobs.values()})
+        except Exception:  # a failing probe must never cost the hello or the heartbeat that carries it
+            log.exception("GPU state probe failed; reporting none")
+            return {}
 
     async def send(self, message: dict[str, Any], reliable: bool = True) -> None:
         """Send now if connected. A ``reliable`` report gets a ``msg_id`` and is kept until the portal answers
@@ -328,6 +352,9 @@ class Agent:
             loads = {g: r.simulated_load() for r in self.jobs.values() for g in r.gpus}
             per_gpu = utilisation_source(self.gpus).per_gpu(self.gpus, loads)
             by_job = job_utilisation(self.gpus, per_gpu, {j: r.gpus for j, r in self.jobs.items()})
+            class_bytes = self.class_bytes.report(self.edge.counters(), self.config.iface)  # design §4
+            if class_bytes:  # checkpoints borrow the reserve research leaves idle (design §4 work-conserving)
+                self.edge.borrow_idle_reserve(class_bytes["access"]["research"] / class_bytes["interval_s"])
             await ws.send(json.dumps({
                 "type": "heartbeat",
                 "seq": self._seq,
@@ -335,6 +362,8 @@ class Agent:
                 "egress": self.edge.counters() or self.egress.drain(),
                 "jobs": [{"job_id": int(j), "step": r.step(), **({"gpu_util": by_job[j]} if j in by_job else {})}
                          for j, r in self.jobs.items() if j.isdigit()],
+                **self._gpu_state(),  # MIG and the GPUs' foreign processes (design §1 "Owner activity and MIG")
+                **({"class_bytes": class_bytes} if class_bytes else {}),  # design §4 "Calibrated reserve"
             }))
             await asyncio.sleep(self.heartbeat_interval_s)
 
@@ -374,11 +403,13 @@ class Agent:
             code = run.proc.poll()
             if code is not None:
                 del self.jobs[job_id]
+                # design §19, off the event loop: the rest of its cgroup killed, an OOM kill named
+                limit_reason = await asyncio.to_thread(run.finish)
                 await self._report_checkpoints(job_id, run)  # a final checkpoint written at exit
                 final_output = self.output.final(job_id, run.output)  # the run's last output, before its exit
                 if final_output is not None:
                     await self.send(final_output)
-                reason = run.stop_reason or ("completed" if code == 0 else "exited")
+                reason = run.stop_reason or limit_reason or ("completed" if code == 0 else "exited")
                 exited = {"type": "job_exited", "job_id": int(job_id), "returncode": code, "step": run.step(),
                           "result": run.result(), "reason": reason}
                 reached = last_progress(run.work_dir)  # when the job got to that step (its step time, §9.9)
@@ -416,9 +447,19 @@ class Agent:
 
     @staticmethod
     def _checkpoint_message(job_id: str, m: jobkit.Manifest) -> dict[str, Any]:
-        return {"type": "checkpoint_done", "job_id": int(job_id), "sequence": m.sequence, "step": m.step,
-                "size_bytes": m.size_bytes, "sha256": m.sha256, "taken_at": m.taken_at, "final": m.final,
-                "compat": m.compat}
+        msg = {"type": "checkpoint_done", "job_id": int(job_id), "sequence": m.sequence, "step": m.step,
+               "size_bytes": m.size_bytes, "sha256": m.sha256, "taken_at": m.taken_at, "final": m.final,
+               "compat": m.compat}
+        # design §2 "Asynchronous snapshots": the job's pause and its write time, when its manifest has them (the
+        # manifest is the job's own file: only finite non-negative numbers are passed on, the portal checks again)
+        for key in ("stall_s", "write_s"):
+            value = getattr(m, key, None)
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+                    and 0 <= value <= MAX_REPORTED_SECONDS:
+                msg[key] = float(value)
+        if m.mode in ("sync", "async"):
+            msg["mode"] = m.mode
+        return msg
 
     # --- fencing (design §9.10) ------------------------------------------------------------------------------
     def check_fence(self) -> bool:
@@ -566,7 +607,20 @@ class Agent:
                                  "result": {}, "reason": RESTORE_FAILED, "restore_sequence": int(restore)})
                 return
             restored_step = m.step
-        run = start_job(
+        try:
+            run = self._start(job_id, msg, restore)
+        except (OSError, ValueError, RuntimeError) as exc:  # no free job uid, a cgroup or chown refused: say so
+            log.exception("job %s: could not start", job_id)
+            await self.send({"type": "job_exited", "job_id": int(job_id), "returncode": -1, "step": 0,
+                             "result": {}, "reason": f"could not start: {exc}"[:500]})
+            return
+        self.jobs[job_id] = run
+        await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": restore,
+                         "restored_step": restored_step})
+        await self.sync_held()  # checkpoints newer than the one restored were abandoned
+
+    def _start(self, job_id: str, msg: dict[str, Any], restore: Any) -> RunningJob:
+        return start_job(
             data_dir=self.data_dir, base_dir=self.config.base_dir, job_id=job_id, command=msg["command"],
             gpus=list(msg.get("gpus", [])), interval_s=msg.get("interval_s"),
             next_sequence=int(msg.get("next_sequence", 1)), restore_sequence=restore,
@@ -574,11 +628,8 @@ class Agent:
             output_dir=str(msg.get("output_dir") or ""),
             upload_with_checkpoints=bool(msg.get("upload_with_checkpoints", False)),
             extra_env=msg.get("env") if isinstance(msg.get("env"), dict) else None,  # design §16.6: array index
+            confiner=self.confiner, memory_bytes=msg.get("memory_bytes"), cpu_cores=msg.get("cpu_cores"),  # §19
         )
-        self.jobs[job_id] = run
-        await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": restore,
-                         "restored_step": restored_step})
-        await self.sync_held()  # checkpoints newer than the one restored were abandoned
 
     async def _cmd_checkpoint(self, msg: dict[str, Any]) -> None:
         run = self.jobs.get(str(msg["job_id"]))
@@ -633,6 +684,14 @@ class Agent:
             self.sending.pop(tid, None)
         await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": result.ok,
                          "attempts": result.attempts, "elapsed_s": result.elapsed_s, "errors": result.errors[-5:]})
+
+    async def _cmd_set_reserve(self, msg: dict[str, Any]) -> None:
+        """The portal's calibrated (or overridden) research reserve for this node's link (design §4)."""
+        share = msg.get("reserve_share")
+        if not isinstance(share, int | float) or isinstance(share, bool) or not 0.0 <= share <= 1.0:
+            log.info("set_reserve ignored: reserve_share %r is not in [0, 1]", share)
+            return
+        self.edge.set_reserve_share(float(share))
 
     async def _cmd_set_rate(self, msg: dict[str, Any]) -> None:
         """P3 re-planned a transfer this node is sending (design §4): apply the new rate to it in place."""

@@ -38,13 +38,24 @@ class AgentConfig:
     reconnect_max_s: float = 10.0
     base_dir: Path = field(default_factory=Path.cwd)  # relative script paths in job commands resolve here
     iface: str | None = None  # egress interface for counters/enforcement (None: every non-loopback one)
+    trunk_iface: str | None = None  # a building uplink this node has an interface on (design §4 class bytes)
     enforcement: str = "auto"  # auto | off | a backend name (bpf_htb, bpf_tokenbucket, htb_u32, noop)
     link_capacity_bytes_per_s: float | None = None  # access-link capacity B (None: the NIC's speed, else 1 Gbit/s)
     kill_jobs_on_agent_exit: bool = True
     max_message_bytes: int = 64 * 1024
     fence_fraction: float = 0.7  # jobs pause after this fraction of the portal's heartbeat timeout unheard
+    # Confined jobs (design §19, nodeagent/confine.py): cgroup backend, parent cgroup, users, default limits.
+    confinement: str = "auto"  # auto | off | cgroup_v1 | cgroup_v2
+    cgroup_parent: str | None = None  # under each hierarchy (None: reclaimnet/agent-<hash of data_dir>)
+    job_user: str | None = None  # None: nobody if it can reach data_dir, else the agent's user; "": the agent's
+    job_uid_base: int | None = None  # one uid per running job: base .. base+job_uid_count-1 (no passwd entries)
+    job_uid_count: int = 256
+    memory_bytes_per_gpu: int | None = None  # a job's memory limit per GPU when its start names none
+    cpu_cores_per_gpu: float | None = None  # a job's CPU quota (cores) per GPU when its start names none
+    job_pids_max: int | None = 4096  # processes and threads per job
 
 
+CONFINEMENT_MODES = ("auto", "off", "cgroup_v1", "cgroup_v2")
 ENFORCEMENT_MODES = ("auto", "off", "bpf_htb", "bpf_tokenbucket", "htb_u32", "noop")
 _SIM_FIELDS = {f.name for f in fields(SimulatedGpu)}
 # Keys a config file may hold besides AgentConfig's fields.
@@ -215,6 +226,12 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *,
         if not _IFACE_NAME.match(iface):
             raise ConfigError(f"iface: {iface!r} is not an interface name (1-15 letters, digits, _.:@-)")
         kwargs["iface"] = iface
+    if values.get("trunk_iface") is not None:  # design §4 "Calibrated reserve": the trunk's class bytes
+        trunk = _string("trunk_iface", values.pop("trunk_iface"))
+        if not _IFACE_NAME.match(trunk):
+            raise ConfigError(f"trunk_iface: {trunk!r} is not an interface name (1-15 letters, digits, _.:@-)")
+        kwargs["trunk_iface"] = trunk
+    values.pop("trunk_iface", None)  # an explicit null: none
     if "enforcement" in values:
         if values["enforcement"] not in ENFORCEMENT_MODES:
             raise ConfigError(f"enforcement: must be one of {', '.join(ENFORCEMENT_MODES)}, "
@@ -230,10 +247,65 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *,
     if "fence_fraction" in values:  # at or past the timeout the portal may give jobs away first
         kwargs["fence_fraction"] = _number("fence_fraction", values.pop("fence_fraction"), low=0.0, high=1.0,
                                            high_open=True)
+    _confinement(values, kwargs)
     for key in ("advertise_host", "iface", "link_capacity_bytes_per_s"):
         values.pop(key, None)  # an explicit null: the default
     assert not values, f"unvalidated configuration keys: {sorted(values)}"  # every field has a rule above
     return AgentConfig(**kwargs)
+
+
+_CGROUP_PART = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+
+def _confinement(values: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """The confinement fields (design §19); each error names its field. Pops what it validated."""
+    import pwd  # POSIX only, like the agent
+
+    if "confinement" in values:
+        if values["confinement"] not in CONFINEMENT_MODES:
+            raise ConfigError(f"confinement: must be one of {', '.join(CONFINEMENT_MODES)}, "
+                              f"got {values['confinement']!r}")
+        kwargs["confinement"] = values.pop("confinement")
+    if values.get("cgroup_parent") is not None:
+        parent = _string("cgroup_parent", values.pop("cgroup_parent")).strip("/")
+        parts = parent.split("/")
+        if len(parts) > 8 or not all(_CGROUP_PART.match(p) and p not in (".", "..") for p in parts):
+            raise ConfigError(f"cgroup_parent: {parent!r} must be 1-8 path components of letters, digits, _.@-")
+        kwargs["cgroup_parent"] = parent
+    if values.get("job_user") is not None:
+        user = values.pop("job_user")
+        if not isinstance(user, str):
+            raise ConfigError(f"job_user: must be a user name (\"\" for the agent's own user), got {user!r}")
+        if user:
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                raise ConfigError(f"job_user: no such user {user!r} on this host") from None
+        kwargs["job_user"] = user
+    if "job_uid_count" in values:
+        kwargs["job_uid_count"] = _integer("job_uid_count", values.pop("job_uid_count"), low=1, high=65536)
+    if values.get("job_uid_base") is not None:
+        count = kwargs.get("job_uid_count", 256)
+        base = _integer("job_uid_base", values.pop("job_uid_base"), low=1000, high=2**31 - 2 - count)
+        taken = sorted(p.pw_name for p in pwd.getpwall() if base <= p.pw_uid < base + count)
+        if taken:
+            raise ConfigError(f"job_uid_base: uids {base}..{base + count - 1} include existing users: "
+                              f"{', '.join(taken[:5])}")
+        kwargs["job_uid_base"] = base
+    if values.get("memory_bytes_per_gpu") is not None:
+        kwargs["memory_bytes_per_gpu"] = _integer("memory_bytes_per_gpu", values.pop("memory_bytes_per_gpu"),
+                                                  low=16 * 1024 * 1024, high=2**50)
+    if values.get("cpu_cores_per_gpu") is not None:
+        kwargs["cpu_cores_per_gpu"] = _number("cpu_cores_per_gpu", values.pop("cpu_cores_per_gpu"), low=0.0,
+                                              high=1024.0)
+    if values.get("job_pids_max") is not None:
+        kwargs["job_pids_max"] = _integer("job_pids_max", values.pop("job_pids_max"), low=16, high=4_194_304)
+    for key in ("cgroup_parent", "job_user", "job_uid_base", "memory_bytes_per_gpu", "cpu_cores_per_gpu",
+                "job_pids_max"):
+        if key in values and values[key] is None:
+            values.pop(key)
+            if key == "job_pids_max":
+                kwargs[key] = None  # null: no process limit
 
 
 def load_config_file(path: str) -> dict[str, Any]:

@@ -131,6 +131,26 @@ class Edge:
         if pacer is not None:
             pacer.set_rate(rate_bytes_per_s)
 
+    def borrow_idle_reserve(self, research_bytes_per_s: float | None) -> None:
+        """design §4 "Work-conserving reserve": checkpoint flows may borrow the part of research's reserve that
+        research leaves idle (the kernel backend's HTB ceil); a no-op without a kernel backend."""
+        if self._enforcer is None or not hasattr(self._enforcer, "borrow_idle_reserve"):
+            return
+        try:
+            self._enforcer.borrow_idle_reserve(research_bytes_per_s)
+        except Exception as exc:
+            log.warning("checkpoint ceiling not set in the kernel: %s", exc)
+
+    def set_reserve_share(self, share: float) -> None:
+        """The portal's research reserve as a share of the link (design §4 "Calibrated reserve"): the kernel
+        backend's research class keeps share × B; a no-op without a kernel backend."""
+        if self._enforcer is None or not hasattr(self._enforcer, "set_reserve"):
+            return
+        try:
+            self._enforcer.set_reserve(int(share * self._enforcer.plan.capacity_bytes_per_s))
+        except Exception as exc:
+            log.warning("research reserve not set in the kernel: %s", exc)
+
     def flow_done(self, dst_ip: str, dst_port: int) -> None:
         if self._enforcer is not None:
             with contextlib.suppress(Exception):

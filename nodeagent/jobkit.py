@@ -20,27 +20,39 @@ What it does:
   live through the control file the agent rewrites);
 - saves with ``torch.save`` when torch is installed and the state holds tensors, else ``numpy.savez``;
 - writes atomically: temp file, fsync, rename; then the manifest (sha256, size, step, compatibility record)
-  the same way. A checkpoint exists iff its manifest exists.
+  the same way. A checkpoint exists iff its manifest exists;
+- with ``async_snapshot=True`` (design §2 "Asynchronous snapshots", §17.6) a periodic checkpoint stalls the loop
+  only while the state is copied to host memory (:func:`snapshot_state`); serialising, writing, fsync and sha256
+  run in one background thread while training continues. At most one write is in flight: a checkpoint that
+  falls due while the previous write still runs is deferred (not waited for) until that write ends, so the
+  effective interval is never shorter than the write. A final checkpoint (``SIGUSR2``) is always synchronous
+  and first waits for the write in flight. The manifest records ``mode`` (``"sync"``/``"async"``), ``stall_s``
+  (the loop's pause) and ``write_s`` (serialise + write + hash), which the agent reports to the portal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import errno
 import hashlib
 import json
 import os
 import signal
+import stat
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 EXIT_CHECKPOINTED = 75  # the job stopped after a final checkpoint (it will resume elsewhere)
 MANIFEST_SUFFIX = ".json"
 DATA_SUFFIX = ".ckpt"
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few hundred bytes; a bigger file is not one
 
 
 def ckpt_stem(sequence: int) -> str:
@@ -48,10 +60,32 @@ def ckpt_stem(sequence: int) -> str:
     return f"ckpt-{sequence:08d}"
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file reached without following a final symlink, and
+    without blocking on a FIFO (design §19: a root agent reads files inside directories a confined job owns)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_small(path: Path, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of a regular file (:func:`open_regular`); longer files raise ValueError."""
+    with open_regular(path) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{path.name}: over {max_bytes} bytes")
+    return data
+
+
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
     """Hex sha256 of a file's contents."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while chunk := fh.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
@@ -66,11 +100,26 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename, fsync dir."""
+def _create_exclusive(tmp: Path, mode: int | None) -> BinaryIO:
+    """A new file at ``tmp``: never one that exists, never through a symlink (a stale temp file is replaced)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, 0o666)
+    except FileExistsError:
+        tmp.unlink()
+        fd = os.open(tmp, flags, 0o666)
+    if mode is not None:
+        os.fchmod(fd, mode)
+    return os.fdopen(fd, "wb")
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename, fsync dir.
+
+    ``mode``: the file's permissions regardless of the umask (None: 0666 less the umask)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as fh:
+        with _create_exclusive(tmp, mode) as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -96,6 +145,11 @@ class Manifest:
     taken_at: float  # unix time the state was captured
     compat: dict[str, str] = field(default_factory=dict)
     final: bool = False
+    # design §2 "Asynchronous snapshots": optional, absent from older manifests (read as a synchronous checkpoint
+    # whose pause was not measured)
+    mode: str = "sync"  # "sync" | "async"
+    stall_s: float | None = None  # seconds the training loop was paused by this checkpoint
+    write_s: float | None = None  # seconds to serialise, write, fsync and hash it (in the background if async)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -107,7 +161,7 @@ class Manifest:
         The file name is never taken on trust: a manifest written by a job or received from another agent
         could otherwise point the agent at ``../../anything`` when it verifies, sends or deletes a checkpoint.
         """
-        raw = json.loads(path.read_text())
+        raw = json.loads(read_small(path, MAX_MANIFEST_BYTES))
         if not isinstance(raw, dict):
             raise ValueError("manifest is not an object")
         manifest = cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
@@ -177,18 +231,57 @@ def _is_torch_state(state: Mapping[str, Any]) -> bool:
     return any(isinstance(v, torch.Tensor) or hasattr(v, "state_dict") for v in state.values())
 
 
-def _serialize(state: Mapping[str, Any]) -> tuple[bytes, str]:
-    """Bytes of ``state`` and the format name (torch.save when torch tensors are present, else numpy)."""
+def _serialize(state: Mapping[str, Any], fmt: str | None = None) -> tuple[bytes, str]:
+    """Bytes of ``state`` and the format name (torch.save when torch tensors are present, else numpy; ``fmt``
+    given: that format, as decided on the live state before it was snapshotted)."""
     import io
 
     buf = io.BytesIO()
-    if _is_torch_state(state):
+    if fmt == "torch" or (fmt is None and _is_torch_state(state)):
         import torch
 
         torch.save({k: (v.state_dict() if hasattr(v, "state_dict") else v) for k, v in state.items()}, buf)
         return buf.getvalue(), "torch"
     np.savez(buf, **{k: np.asarray(v) for k, v in state.items()})
     return buf.getvalue(), "numpy"
+
+
+def snapshot_state(value: Any) -> Any:
+    """A deep copy of ``value`` in host memory that later training steps cannot change (design §17.6).
+
+    Objects with ``state_dict()`` are replaced by a copy of their state dict; torch tensors are copied with
+    ``detach().to("cpu", copy=True)`` (a GPU tensor comes to host memory, a CPU tensor is cloned); numpy arrays
+    with ``copy()``; dicts, lists and tuples are copied element by element; anything else with
+    :func:`copy.deepcopy`. This copy is the whole stall of an asynchronous checkpoint.
+    """
+    if hasattr(value, "state_dict") and callable(value.state_dict):
+        return snapshot_state(value.state_dict())
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        items = [(k, snapshot_state(v)) for k, v in value.items()]
+        if type(value) is not dict:
+            with contextlib.suppress(TypeError):  # OrderedDict keeps its type; a defaultdict becomes a dict
+                return type(value)(items)
+        return dict(items)
+    if isinstance(value, list):
+        return [snapshot_state(v) for v in value]
+    if isinstance(value, tuple):
+        items = [snapshot_state(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, str | bytes | int | float | bool | type(None)):
+        return value
+    torch = _torch_if_loaded()
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    return copy.deepcopy(value)
+
+
+def _torch_if_loaded() -> Any:
+    """torch if the job imported it (a numpy job never pays for importing it), else None."""
+    import sys
+
+    return sys.modules.get("torch")
 
 
 def _deserialize(path: Path, fmt: str) -> dict[str, Any]:
@@ -219,6 +312,7 @@ class Checkpointer:
         keep_last: int = 3,
         install_signals: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        async_snapshot: bool = False,
     ) -> None:
         self.ckpt_dir = Path(ckpt_dir)
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -236,6 +330,11 @@ class Checkpointer:
         self._final_requested = False
         self._control_mtime_ns = 0
         self._last_progress_at = 0.0
+        self.async_snapshot = async_snapshot  # design §2: periodic checkpoints stall only for the host copy
+        self._writer: threading.Thread | None = None  # the background write in flight (at most one)
+        self._writer_error: BaseException | None = None
+        self.last_manifest: Manifest | None = None  # the newest checkpoint this process published
+        self.deferred = 0  # checkpoints put off because the previous background write was still running
         if install_signals:
             signal.signal(signal.SIGUSR1, self._on_checkpoint_signal)
             signal.signal(signal.SIGUSR2, self._on_final_signal)
@@ -315,33 +414,103 @@ class Checkpointer:
         return self._final_requested
 
     def checkpoint(self, step: int, state: Mapping[str, Any], final: bool = False) -> Manifest:
-        """Write checkpoint ``step`` atomically and its manifest; prune old ones.
+        """Write checkpoint ``step`` atomically and its manifest; prune old ones (synchronous: the loop waits).
 
+        0. Wait for a background write still in flight (its checkpoint comes first).
         1. Serialise the state; write data to a temp file, fsync, rename to ``ckpt-<seq>.ckpt``.
         2. Write the manifest (sha256, size, step, compat) the same way; its presence publishes the checkpoint.
         3. Remove checkpoints older than ``keep_last``.
         """
+        paused_at = time.perf_counter()
+        self.wait()
         taken_at = time.time()
-        data, fmt = _serialize(state)
         sequence = self._next_sequence
+        manifest = self._write(sequence, int(step), state, None, final, taken_at, mode="sync", stall_s=None,
+                               started=time.perf_counter(), paused_at=paused_at)
+        self._next_sequence = sequence + 1
+        self._last_ckpt_at = self._clock()
+        self._requested = False
+        return manifest
+
+    def checkpoint_async(self, step: int, state: Mapping[str, Any]) -> bool:
+        """Snapshot ``state`` now and write it in the background (design §2 "Asynchronous snapshots").
+
+        The loop pauses only for :func:`snapshot_state` (the stall); a background thread then serialises, writes
+        atomically, hashes, publishes the manifest and prunes, exactly as :meth:`checkpoint`. If the previous
+        background write is still running nothing is taken and False is returned: the checkpoint stays due
+        and is taken at the first step boundary after that write ended (deferred, not waited for: the loop never
+        blocks on the disk, and the effective interval is at least the write time). Raises the error of a
+        failed earlier background write."""
+        self._raise_writer_error()
+        if self._writer is not None and self._writer.is_alive():
+            self.deferred += 1
+            return False
+        self._writer = None
+        started = time.perf_counter()
+        taken_at = time.time()
+        fmt = "torch" if _is_torch_state(state) else "numpy"
+        copied = snapshot_state(dict(state))
+        stall_s = time.perf_counter() - started
+        sequence = self._next_sequence
+        self._next_sequence = sequence + 1
+        self._last_ckpt_at = self._clock()
+        self._requested = False
+
+        def run() -> None:
+            try:
+                self._write(sequence, int(step), copied, fmt, False, taken_at, mode="async", stall_s=stall_s,
+                            started=time.perf_counter())
+            except BaseException as exc:  # kept for the loop: the next checkpoint call raises it
+                self._writer_error = exc
+
+        self._writer = threading.Thread(target=run, name=f"jobkit-ckpt-{sequence}", daemon=False)
+        self._writer.start()
+        return True
+
+    def writing(self) -> bool:
+        """Whether a background write is in flight."""
+        return self._writer is not None and self._writer.is_alive()
+
+    def wait(self) -> None:
+        """Block until the background write in flight (if any) has published its checkpoint; raise its error."""
+        writer = self._writer
+        if writer is not None:
+            writer.join()
+            self._writer = None
+        self._raise_writer_error()
+
+    def _raise_writer_error(self) -> None:
+        if self._writer_error is not None:
+            exc, self._writer_error = self._writer_error, None
+            raise RuntimeError(f"background checkpoint write failed: {exc!r}") from exc
+
+    def _write(self, sequence: int, step: int, state: Mapping[str, Any], fmt: str | None, final: bool,
+               taken_at: float, *, mode: str, stall_s: float | None, started: float,
+               paused_at: float | None = None) -> Manifest:
+        """Serialise, write data then manifest atomically, prune: the body of both checkpoint kinds. A synchronous
+        one (``stall_s`` None) stalled the loop from ``paused_at`` (including the wait for a write in flight)."""
+        data, fmt = _serialize(state, fmt)
         stem = ckpt_stem(sequence)
         atomic_write_bytes(self.ckpt_dir / f"{stem}{DATA_SUFFIX}", data)
+        digest = hashlib.sha256(data).hexdigest()
+        write_s = time.perf_counter() - started
         manifest = Manifest(
             job_id=self.job_id,
             sequence=sequence,
-            step=int(step),
+            step=step,
             size_bytes=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=digest,
             file=f"{stem}{DATA_SUFFIX}",
             format=fmt,
             taken_at=taken_at,
             compat=compat_record(),
             final=final,
+            mode=mode,
+            stall_s=(time.perf_counter() - (paused_at or started)) if stall_s is None else stall_s,
+            write_s=write_s,
         )
         atomic_write_bytes(self.ckpt_dir / f"{stem}{MANIFEST_SUFFIX}", manifest.to_json().encode())
-        self._next_sequence = sequence + 1
-        self._last_ckpt_at = self._clock()
-        self._requested = False
+        self.last_manifest = manifest
         self._prune()
         return manifest
 
@@ -350,11 +519,22 @@ class Checkpointer:
         for old in manifests[: max(0, len(manifests) - self.keep_last)]:
             remove_checkpoint(self.ckpt_dir, old.sequence)
 
-    def maybe_checkpoint(self, step: int, get_state: Callable[[], Mapping[str, Any]]) -> bool:
-        """Checkpoint if due; return True if that was a final checkpoint (the caller should exit now)."""
+    def maybe_checkpoint(self, step: int, get_state: Callable[[], Mapping[str, Any]],
+                         asynchronous: bool | None = None) -> bool:
+        """Checkpoint if due; return True if that was a final checkpoint (the caller should exit now).
+
+        A final checkpoint is synchronous (after the write in flight); others are asynchronous snapshots when
+        ``asynchronous`` (default: the checkpointer's ``async_snapshot``) is set — possibly deferred, see
+        :meth:`checkpoint_async` — else synchronous."""
         if not self.due():
             return False
         final = self._final_requested
+        if (self.async_snapshot if asynchronous is None else asynchronous) and not final:
+            if not self.writing():  # deferred while a write is in flight: get_state() is not even called
+                self.checkpoint_async(step, get_state())
+            else:
+                self.deferred += 1
+            return False
         self.checkpoint(step, get_state(), final=final)
         return final
 
@@ -377,4 +557,5 @@ class Checkpointer:
 
     def exit_checkpointed(self) -> None:
         """Exit with :data:`EXIT_CHECKPOINTED` (after a final checkpoint)."""
+        self.wait()
         raise SystemExit(EXIT_CHECKPOINTED)

@@ -163,10 +163,16 @@ class TrainingState:
     states and small ``extra`` values (a dict the loop owns: best loss, counters...).
 
     Any component may be None. A disabled GradScaler still round-trips (its state is then empty).
+
+    ``async_snapshot`` (default True, design §17.6): a periodic checkpoint pauses the loop only while every
+    tensor is copied to host memory (``detach().to("cpu", copy=True)``); torch.save, the write and the sha256
+    run in the background while training continues. The final checkpoint on notice stays synchronous. Pass
+    False for the synchronous checkpoint of design §2 (e.g. when host memory cannot hold a second copy).
     """
 
     def __init__(self, model: Any, optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
-                 sampler: Any = None, extra: dict[str, Any] | None = None) -> None:
+                 sampler: Any = None, extra: dict[str, Any] | None = None, async_snapshot: bool = True) -> None:
+        self.async_snapshot = async_snapshot
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -215,8 +221,9 @@ class TrainingState:
         return ck.checkpoint(step, {STATE_KEY: self}, final=final)
 
     def maybe_checkpoint(self, ck: jobkit.Checkpointer, step: int) -> bool:
-        """Checkpoint if the agent asked or the interval elapsed; True if it was the final one (exit now)."""
-        return ck.maybe_checkpoint(step, lambda: {STATE_KEY: self})
+        """Checkpoint if the agent asked or the interval elapsed; True if it was the final one (exit now).
+        Asynchronous snapshot unless ``async_snapshot`` is False or it is the final one (synchronous)."""
+        return ck.maybe_checkpoint(step, lambda: {STATE_KEY: self}, asynchronous=self.async_snapshot)
 
 
 # --- Hugging Face Trainer -----------------------------------------------------------------------------------------

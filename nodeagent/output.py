@@ -58,7 +58,8 @@ class OutputTail:
         self.position = start_offset
         self._file: BinaryIO | None = None
         with contextlib.suppress(OSError):
-            self._file = open(path, "rb")  # noqa: SIM115  (kept open for the run; closed by close())
+            # kept open for the run, closed by close(); never through a symlink (design §19)
+            self._file = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._partial = ""  # the current line, not finished yet (raw, uncleaned)
         self._partial_since: float | None = None

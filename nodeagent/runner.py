@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import shlex
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent import jobkit
+from nodeagent.confine import Confiner, JobConfinement
 from nodeagent.output import OutputTail
 from nodeagent.transfer import store_dir
 
@@ -47,10 +49,12 @@ def _drop_ambient_capabilities() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
-def _child_setup(kill_with_agent: bool) -> Callable[[], None]:
+def _child_setup(kill_with_agent: bool, confinement: JobConfinement | None = None) -> Callable[[], None]:
     def setup() -> None:
         _drop_ambient_capabilities()
-        if kill_with_agent:
+        if confinement is not None:  # design §19: into the job's cgroup, then its user, before the exec
+            confinement.child_setup()
+        if kill_with_agent:  # after the user change, which clears the parent-death signal
             _die_with_parent()
     return setup
 
@@ -79,6 +83,7 @@ class RunningJob:
     output: OutputTail | None = None  # this run's stdout+stderr, read from job.log (None: not captured)
     output_dir: str = ""  # design §14: uploaded to the portal (relative to work_dir; "" for none)
     upload_with_checkpoints: bool = False  # ... also after each checkpoint, not only when the job ends
+    confinement: JobConfinement | None = None  # its cgroup and user (design §19; None: unconfined)
 
     @property
     def progress_file(self) -> Path:
@@ -96,7 +101,8 @@ class RunningJob:
     # refuse the heartbeat / job_exited that carries them (bigint steps, messages under 64 KiB).
     def step(self) -> int:
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, OverflowError):
-            return min(max(0, int(json.loads(self.progress_file.read_text()).get("step", 0))), MAX_STEP)
+            return min(max(0, int(json.loads(jobkit.read_small(self.progress_file, MAX_RESULT_BYTES))
+                                  .get("step", 0))), MAX_STEP)
         return 0
 
     @property
@@ -107,23 +113,41 @@ class RunningJob:
         """The GPU load (percent) the job says it puts on its simulated GPUs (``jobkit.report_gpu_load``; design
         §15): 100 while it has said nothing, as any job holding a simulated GPU counted before."""
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            pct = float(json.loads(self.gpu_load_file.read_text()).get("pct", 100.0))
+            pct = float(json.loads(jobkit.read_small(self.gpu_load_file, MAX_RESULT_BYTES)).get("pct", 100.0))
             if pct == pct:  # not NaN
                 return min(100.0, max(0.0, pct))
         return 100.0
 
     def result(self) -> dict[str, Any]:
         with contextlib.suppress(OSError, ValueError, TypeError):
-            if self.result_file.stat().st_size <= MAX_RESULT_BYTES:
-                return dict(json.loads(self.result_file.read_text()))
+            return dict(json.loads(jobkit.read_small(self.result_file, MAX_RESULT_BYTES)))
         return {}
 
     def signal(self, signum: int) -> None:
+        """Signal the job's process group; SIGKILL kills its whole cgroup and SIGSTOP/SIGCONT reach every process
+        in it (a fork that left the group with ``setsid`` included, design §19)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signum)
+        if self.confinement is not None:
+            if signum == signal.SIGKILL:
+                self.confinement.kill_all()
+            elif signum in (signal.SIGSTOP, signal.SIGCONT):
+                self.confinement.signal_all(signum)
+
+    def finish(self) -> str | None:
+        """The job's process ended: kill what is left of it, remove its cgroup, give its directories back to the
+        agent. Returns the reason when the kernel killed it for its memory limit (design §19). Never raises: the
+        job's exit must still be reported."""
+        if self.confinement is None:
+            return None
+        try:
+            return self.confinement.end()
+        except Exception:
+            logging.getLogger("nodeagent").exception("job %s: its confinement was not cleaned up", self.job_id)
+            return None
 
     def set_interval(self, interval_s: float) -> None:
-        jobkit.atomic_write_bytes(self.control_file, json.dumps({"interval_s": interval_s}).encode())
+        jobkit.atomic_write_bytes(self.control_file, json.dumps({"interval_s": interval_s}).encode(), mode=0o644)
 
 
 def prepare_restore(ckpt_dir: Path, restore_sequence: int | None) -> None:
@@ -150,8 +174,14 @@ def start_job(
     output_dir: str = "",
     upload_with_checkpoints: bool = False,
     extra_env: dict[str, str] | None = None,
+    confiner: Confiner | None = None,
+    memory_bytes: Any = None,
+    cpu_cores: Any = None,
 ) -> RunningJob:
-    """Start a job process in ``<data>/jobs/<id>/work`` with its checkpoints in ``<data>/ckpt/<id>``."""
+    """Start a job process in ``<data>/jobs/<id>/work`` with its checkpoints in ``<data>/ckpt/<id>``.
+
+    With a ``confiner`` (design §19) the job runs in its own cgroup, limited to ``memory_bytes`` and ``cpu_cores``
+    (from its start command; else the agent's per-GPU defaults), as the job's user, its two directories its own."""
     ckpt_dir = store_dir(data_dir, job_id)  # checks job_id is one safe path component
     work_dir = data_dir / "jobs" / str(job_id) / "work"
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -178,14 +208,22 @@ def start_job(
     env.update({str(k): str(v) for k, v in (extra_env or {}).items() if str(k).startswith(PORTAL_ENV_PREFIX)})
     if interval_s:
         env["RECLAIMNET_CKPT_INTERVAL_S"] = str(interval_s)
-        jobkit.atomic_write_bytes(work_dir / "control.json", json.dumps({"interval_s": interval_s}).encode())
+        jobkit.atomic_write_bytes(work_dir / "control.json", json.dumps({"interval_s": interval_s}).encode(),
+                                  mode=0o644)
     if restore_sequence is not None:
         env["RECLAIMNET_RESTORE_SEQ"] = str(restore_sequence)
     else:
         env.pop("RECLAIMNET_RESTORE_SEQ", None)
-    log_file = open(work_dir / "job.log", "ab")  # noqa: SIM115  (owned by the child; closed below)
+    # Never through a symlink a job left in its work directory (design §19: the agent may be root).
+    log_fd = os.open(work_dir / "job.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    log_file = os.fdopen(log_fd, "ab")  # owned by the child; closed below
     output = OutputTail(work_dir / "job.log", os.fstat(log_file.fileno()).st_size)  # this run's part only
+    confinement: JobConfinement | None = None
     try:
+        if confiner is not None:
+            confinement = confiner.begin(str(job_id), confiner.limits_for(list(gpus), memory_bytes, cpu_cores),
+                                         [work_dir, ckpt_dir])
+            env.update(confinement.env)
         proc = subprocess.Popen(
             resolve_command(command, base_dir),
             cwd=work_dir,
@@ -194,14 +232,16 @@ def start_job(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: signals reach a gang job's workers too
-            preexec_fn=_child_setup(kill_with_agent),
+            preexec_fn=_child_setup(kill_with_agent, confinement),
         )
     except BaseException:
         output.close()
+        if confinement is not None:
+            confinement.end()
         raise
     finally:
         log_file.close()
     reported = {m.sequence for m in jobkit.list_manifests(ckpt_dir)}
     return RunningJob(job_id=str(job_id), gpus=list(gpus), proc=proc, work_dir=work_dir, ckpt_dir=ckpt_dir,
                       reported_sequences=reported, output=output, output_dir=output_dir,
-                      upload_with_checkpoints=upload_with_checkpoints)
+                      upload_with_checkpoints=upload_with_checkpoints, confinement=confinement)

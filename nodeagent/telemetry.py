@@ -61,3 +61,11 @@ class EgressSampler:
             "max_bytes_per_s": max(rates) if rates else 0.0,
             "samples": len(rates),
         }
+
+
+def tx_total_bytes(iface: str | None) -> int:
+    """Transmitted bytes of ``iface`` (None: every interface but ``lo``), from ``/proc/net/dev``."""
+    counters = read_proc_net_dev()
+    if iface:
+        return counters.get(iface, 0)
+    return sum(v for k, v in counters.items() if k != "lo")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent import jobkit
+from nodeagent.classbytes import TRANSFER_TALLY
 from nodeagent.edge import DSCP_BY_CLASS, Edge, TokenBucket, mark_socket
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,8 @@ class Receiver:
     ) -> None:
         self.data_dir = data_dir
         self.incoming = data_dir / "incoming"
-        self.incoming.mkdir(parents=True, exist_ok=True)
+        self.incoming.mkdir(mode=0o700, parents=True, exist_ok=True)  # other jobs' bytes: no job user's to read
+        os.chmod(self.incoming, 0o700)
         self.expected: dict[str, Expected] = {}
         self.active: set[str] = set()  # transfers with a connection writing their partial file now
         self.on_received = on_received
@@ -202,7 +204,8 @@ class Receiver:
             offset = min(offset, exp.size_bytes)
             _write_json_line(writer, {"ok": True, "offset": offset})
             await writer.drain()
-            with open(part, "ab") as fh:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(part, flags, 0o600), "ab") as fh:  # design §19: readable by the agent only
                 remaining = exp.size_bytes - offset
                 while remaining > 0:
                     chunk = await asyncio.wait_for(reader.read(min(CHUNK_BYTES, remaining)), IDLE_TIMEOUT_S)
@@ -225,11 +228,12 @@ class Receiver:
                     await self.on_rejected(transfer_id, "sha256 mismatch")
                 return
             dest_dir = store_dir(self.data_dir, exp.job_id)
-            dest_dir.mkdir(parents=True, exist_ok=True)
+            dest_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             stem = jobkit.ckpt_stem(exp.sequence)
             os.replace(part, dest_dir / f"{stem}{jobkit.DATA_SUFFIX}")
             manifest = {**manifest, "file": f"{stem}{jobkit.DATA_SUFFIX}", "sequence": exp.sequence}
-            jobkit.atomic_write_bytes(dest_dir / f"{stem}{jobkit.MANIFEST_SUFFIX}", json.dumps(manifest).encode())
+            jobkit.atomic_write_bytes(dest_dir / f"{stem}{jobkit.MANIFEST_SUFFIX}", json.dumps(manifest).encode(),
+                                      mode=0o600)
             self.expected.pop(transfer_id, None)
             _write_json_line(writer, {"ok": True, "done": True})
             await writer.drain()
@@ -314,7 +318,7 @@ async def send_checkpoint(
             if control is not None:
                 control.flow_class, control.dest, control.pacer = flow_class, (host, port), pacer
             sent = 0
-            with open(ckpt_path, "rb") as fh:
+            with jobkit.open_regular(ckpt_path) as fh:  # never through a symlink a job planted (design §19)
                 fh.seek(offset)
                 pos = offset
                 while pos < size:
@@ -330,6 +334,7 @@ async def send_checkpoint(
                     await writer.drain()
                     pos += len(chunk)
                     sent += len(chunk)
+                    TRANSFER_TALLY.add(flow_class, len(chunk))  # per-class bytes (design §4, nodeagent/classbytes)
             result.bytes_sent += sent
             verdict = await asyncio.wait_for(_read_json_line(reader), 30.0)
             if verdict.get("ok") and verdict.get("done"):

@@ -284,6 +284,7 @@ CELERY_TASK_ROUTES = {
     "control.place_queued": {"queue": "placement"},
     "control.presync_checkpoint": {"queue": "placement"},
     "control.housekeeping": {"queue": "housekeeping"},
+    "control.calibrate_reserves": {"queue": "evaluation"},  # the research reserve, daily (docs/design.md §4)
     # Mail and webhooks (docs/design.md §12): a slow receiver only ever holds this queue's workers.
     **{name: {"queue": "notifications"} for name in (
         "notify.fan_out", "notify.deliver", "notify.send_digests", "notify.watch")},
@@ -315,6 +316,12 @@ RECLAIMNET = {
     "RESERVE_FRACTION": 0.3,
     # B_min of design §4: research keeps max(β·B, B_min) of every controlled link.
     "RESERVE_MIN_BYTES_PER_S": env_float("RECLAIMNET_RESERVE_MIN_BYTES_PER_S", 0.0),
+    # design §4 "Calibrated reserve": one class sample per node and link scope per this period
+    "CLASS_SAMPLE_PERIOD_S": env_float("RECLAIMNET_CLASS_SAMPLE_PERIOD_S", 60.0),
+    # Design §1 "Owner activity and MIG": a node's owner-use policy applies after this many heartbeats in a row
+    # showing the lab's processes on lent GPUs; its ``reclaim`` gives this much notice.
+    "OWNER_USE_HEARTBEATS": env_int("RECLAIMNET_OWNER_USE_HEARTBEATS", 3),
+    "OWNER_USE_NOTICE_S": env_float("RECLAIMNET_OWNER_USE_NOTICE_S", 120.0),
 }
 
 # Celery beat runs P1 and the rest of the control tick every control period (design §2). A tick that could not
@@ -339,6 +346,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "notify.watch",
         "schedule": 30.0,
         "options": {"expires": 30.0},
+    },
+    "control-calibrate-reserves": {  # B_min per link from 7 days of research traffic (docs/design.md §4)
+        "task": "control.calibrate_reserves",
+        "schedule": env_float("RECLAIMNET_RESERVE_CALIBRATION_PERIOD_S", 86400.0),
+        "options": {"expires": 3600.0},
     },
     "control-reconcile": {  # redo steps whose task was lost (docs/design.md §9.6)
         "task": "control.reconcile",
@@ -476,3 +488,26 @@ CACHES = {"default": (
      "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5}}
     if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 )}
+
+# --- Campus sign-in: OpenID Connect beside local accounts (docs/design.md §20, portal/sso/) -----------------------
+# Off unless RECLAIMNET_OIDC_* is configured (portal/sso/config.py reads and checks it: https only, a client id and
+# secret, an issuer or the explicit endpoints). When on, the OIDC backend comes after the password backends.
+from portal.sso.config import oidc_settings  # noqa: E402  (environment only: no models, no network)
+
+INSTALLED_APPS += ["portal.sso"]
+_OIDC_SETTINGS = oidc_settings()
+globals().update(_OIDC_SETTINGS)
+if _OIDC_SETTINGS["RECLAIMNET_OIDC_ENABLED"]:
+    AUTHENTICATION_BACKENDS.append("portal.sso.backend.CampusOIDCBackend")
+    _CSP_DIRECTIVES["form-action"] += _OIDC_SETTINGS["RECLAIMNET_OIDC_FORM_ACTION_ORIGINS"]  # sign-out redirect
+
+# --- The what-if report (docs/design.md "The what-if report", portal/whatif/): evaluations on their own queue ------
+INSTALLED_APPS += ["portal.whatif"]
+CELERY_TASK_ROUTES["whatif.run_evaluation"] = {"queue": "evaluation"}  # never control (design §10)
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"].update({  # "state" and "source" are taken by other enums
+    "EvaluationStateEnum": "portal.whatif.models.EvaluationState",
+    "TraceSourceEnum": "portal.whatif.models.TraceSource"})
+RECLAIMNET_WHATIF_UPLOAD_MAX_BYTES = env_int("RECLAIMNET_WHATIF_UPLOAD_MAX_BYTES", 2_500_000)  # as sent (body limit)
+RECLAIMNET_WHATIF_TRACE_MAX_BYTES = env_int("RECLAIMNET_WHATIF_TRACE_MAX_BYTES", 64 * 2**20)  # a zip, unzipped
+RECLAIMNET_WHATIF_SOFT_TIME_LIMIT_S = env_float("RECLAIMNET_WHATIF_SOFT_TIME_LIMIT_S", 1800.0)
+RECLAIMNET_WHATIF_TIME_LIMIT_S = env_float("RECLAIMNET_WHATIF_TIME_LIMIT_S", 1860.0)

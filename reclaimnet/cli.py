@@ -471,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit = command("submit", cmd_submit, "submit a job from a YAML or JSON spec",
                      "Submit a job. SPEC holds the fields of POST /api/jobs/ (see examples/job.yaml): name, "
                      "command or image, gpu_count, expected_runtime_s, ckpt_bytes_estimate, and optionally group "
-                     "(id or name), vram_gb_per_gpu, min_capability, framework, loss_budget_s, restart_s, "
+                     "(id or name), vram_gb_per_gpu, min_capability, framework, loss_budget_s, "
+                     "loss_budget_mode (expected or bound), restart_s, "
                      "priority_class, output_dir, array, after_ok, after_any. Durations may be written 4h or "
                      "90m, sizes 3.2GB or 500MiB. The portal checks every field as it checks the web form.")
     submit.add_argument("spec", metavar="SPEC", help="the spec file, or - for standard input")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.p1 import MIN_INTERVAL_S, P1Jobs, plan_checkpoints
+from scheduler.p1 import LOSS_BUDGET_MODES, MIN_INTERVAL_S, P1Jobs, plan_checkpoints
 from scheduler.p2 import P2Request, response_view, select_destination
 from scheduler.p3 import P3Flows, admit_flows
 from scheduler.topology import CampusTree
@@ -139,13 +139,24 @@ def _unique(ids: list[Any], list_field: str) -> None:
 
 
 # ---------------------------------------------------------------- p1
+def _loss_budget_mode(j: dict[str, Any], prefix: str) -> str:
+    """A job's ``loss_budget_mode`` (design §2): "expected" (default, Eq. 9) or "bound"."""
+    mode = j.get("loss_budget_mode", "expected")
+    if mode is None:
+        return "expected"
+    if mode not in LOSS_BUDGET_MODES:
+        raise ContractError(f"{prefix}loss_budget_mode", f"must be one of {', '.join(LOSS_BUDGET_MODES)}, got {mode!r}")
+    return str(mode)
+
+
 def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], float]:
     budget = _num(req, "budget_bytes_per_s", gt=0)
     beta = _num(req, "beta", default=0.2, gt=0)
     min_interval = _num(req, "min_interval_s", default=MIN_INTERVAL_S, ge=0)  # Δ_min of design §2
     jobs = _list(req, "jobs", "")
     ids: list[Any] = []
-    cols: dict[str, list[float]] = {k: [] for k in ("lam", "c", "cap", "loss", "notice", "tr")}
+    modes: list[str] = []
+    cols: dict[str, list[float]] = {k: [] for k in ("lam", "c", "cap", "loss", "notice", "tr", "stall", "xfer")}
     for i, j in enumerate(jobs):
         p = f"jobs[{i}]."
         j = _obj(j, f"jobs[{i}]")
@@ -159,6 +170,12 @@ def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], 
         notice = _num(j, "notice_s", p, default=None, ge=0, nullable=True)
         cols["notice"].append(math.nan if notice is None else notice)
         cols["tr"].append(_num(j, "restart_s", p, default=0.0, ge=0))  # type: ignore[arg-type]
+        # design §2 "Asynchronous snapshots": absent/null = a synchronous checkpoint (planned as before)
+        stall = _num(j, "stall_s", p, default=None, ge=0, nullable=True)
+        cols["stall"].append(math.nan if stall is None else stall)
+        xfer = _num(j, "transfer_s", p, default=None, ge=0, nullable=True)
+        cols["xfer"].append(math.nan if xfer is None else xfer)
+        modes.append(_loss_budget_mode(j, p))  # design §2 "Loss budget modes"
     _unique(ids, "jobs")
     p1 = P1Jobs(
         ids=tuple(str(x) for x in ids),
@@ -168,6 +185,9 @@ def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], 
         loss_budget_s=np.array(cols["loss"], dtype=float),
         notice_s=np.array(cols["notice"], dtype=float),
         restart_s=np.array(cols["tr"], dtype=float),
+        stall_s=np.array(cols["stall"], dtype=float) if any(math.isfinite(x) for x in cols["stall"]) else None,
+        transfer_s=np.array(cols["xfer"], dtype=float) if any(math.isfinite(x) for x in cols["xfer"]) else None,
+        loss_budget_mode=np.array(modes, dtype=object) if "bound" in modes else None,
     )
     return p1, budget, beta, ids, min_interval  # type: ignore[return-value]
 

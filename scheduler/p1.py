@@ -1,8 +1,9 @@
 """P1 — reclaim-aware checkpoint scheduling (design §2).
 
 Lemma 1 (optimal interval), Theorem 1 (cube-root bandwidth split), Lemma 2 (caps by water-filling),
-Eq. 9 (clipped interval, loss budget), the minimum interval Δ_min and the final-checkpoint test on a scheduled
-reclaim.
+Eq. 9 (clipped interval, loss budget), the minimum interval Δ_min, the final-checkpoint test on a scheduled
+reclaim, and the interval rule of asynchronous snapshots (design §2 "Asynchronous snapshots": the stall is the
+cost, the interval is never shorter than the transfer).
 Everything is vectorised over jobs; several independent budgets (one per bottleneck) are solved in one
 call with `group`.
 """
@@ -13,15 +14,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+LOSS_BUDGET_MODES = ("expected", "bound")  # design §2 "Loss budget modes"; "expected" is Eq. 9
 MIN_INTERVAL_S = 60.0  # Δ_min of design §2 (the portal: RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S)
 _LEVEL_BISECTIONS = 200  # halvings of log t; each group stops once its bracket is one float wide
 
 __all__ = [
+    "LOSS_BUDGET_MODES",
     "MIN_INTERVAL_S",
     "P1Demand",
     "P1Jobs",
     "P1Plan",
     "allocate_checkpoint_bandwidth",
+    "bound_mode_upper_s",
     "export_demand",
     "optimal_interval_s",
     "plan_checkpoints",
@@ -39,6 +43,11 @@ class P1Jobs:
     loss_budget_s: np.ndarray  # L_max,i (np.inf = none)
     notice_s: np.ndarray  # τ_i of a pending scheduled reclaim (np.nan = none)
     restart_s: np.ndarray  # T_r,i (>= 0)
+    # design §2 "Asynchronous snapshots" (None or np.nan per job: a synchronous checkpoint, planned as before)
+    stall_s: np.ndarray | None = None  # s_i: the job's pause per asynchronous checkpoint (>= 0)
+    transfer_s: np.ndarray | None = None  # measured time of its copy off the node (np.nan = not measured yet)
+    # design §2 "Loss budget modes": per job "expected" (Eq. 9, the default) or "bound"; None = all "expected"
+    loss_budget_mode: np.ndarray | None = None
 
     @classmethod
     def build(
@@ -50,6 +59,9 @@ class P1Jobs:
         loss_budget_s: np.ndarray | None = None,
         notice_s: np.ndarray | None = None,
         restart_s: np.ndarray | None = None,
+        stall_s: np.ndarray | None = None,
+        transfer_s: np.ndarray | None = None,
+        loss_budget_mode: np.ndarray | None = None,
     ) -> P1Jobs:
         """Convenience constructor filling the optional arrays with their 'none' values."""
         n = len(ids)
@@ -65,6 +77,9 @@ class P1Jobs:
             loss_budget_s=_arr(loss_budget_s, np.inf),
             notice_s=_arr(notice_s, np.nan),
             restart_s=_arr(restart_s, 0.0),
+            stall_s=None if stall_s is None else _arr(stall_s, np.nan),
+            transfer_s=None if transfer_s is None else _arr(transfer_s, np.nan),
+            loss_budget_mode=None if loss_budget_mode is None else np.asarray(loss_budget_mode, dtype=object),
         )
 
 
@@ -251,10 +266,16 @@ def plan_checkpoints(
         free = optimal_interval_s(lam, c, b)
         lower = np.maximum(c / (beta * b), min_interval_s)
         upper = 2.0 * jobs.loss_budget_s
+        if jobs.loss_budget_mode is not None:
+            upper = bound_mode_upper_s(jobs, b, upper)  # design §2 "Loss budget modes"
         at_risk = lower > upper
         interval = np.where(at_risk, lower, np.minimum(np.maximum(free, lower), upper))
         final = ~np.isnan(jobs.notice_s) & (c / b + jobs.restart_s <= jobs.notice_s)
-        cost = float(np.sum(lam * interval / 2.0 + c / (b * interval))) if len(jobs.ids) else 0.0
+        per_job_cost = lam * interval / 2.0 + c / (b * interval)
+        if jobs.stall_s is not None and np.any(np.isfinite(jobs.stall_s)):
+            interval, at_risk, per_job_cost = _async_intervals(jobs, b, beta, min_interval_s, upper, interval,
+                                                               at_risk, per_job_cost)
+        cost = float(np.sum(per_job_cost)) if len(jobs.ids) else 0.0
     return P1Plan(
         ids=jobs.ids,
         bandwidth_bytes_per_s=b,
@@ -263,6 +284,49 @@ def plan_checkpoints(
         loss_budget_at_risk=at_risk,
         expected_cost=cost,
     )
+
+
+def _async_intervals(
+    jobs: P1Jobs, b: np.ndarray, beta: float, min_interval_s: float, upper: np.ndarray, interval: np.ndarray,
+    at_risk: np.ndarray, per_job_cost: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """design §2 "Asynchronous snapshots": for the jobs with a finite stall s_i the checkpoint's cost to the job
+    is s_i, not C_i/b_i (the write and the copy run while it trains), so L(Δ) = λΔ/2 + s/Δ and
+    Δ_i = clip(sqrt(2 s_i/λ_i), max(s_i/β, Δ_min, T_i), 2 L_max,i) with T_i = max(measured transfer, C_i/b_i):
+    a snapshot is taken only once the previous one is off the node, so the interval is never shorter than the
+    transfer. Budget at risk as in Eq. 9. The other jobs keep what the synchronous rule gave them."""
+    stall = np.asarray(jobs.stall_s, dtype=float)
+    is_async = np.isfinite(stall)
+    lam, c = jobs.hazard_per_s, jobs.ckpt_bytes
+    s = np.where(is_async, np.maximum(stall, 0.0), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        transfer = c / b
+        if jobs.transfer_s is not None:
+            transfer = np.fmax(transfer, np.asarray(jobs.transfer_s, dtype=float))  # nan: not measured yet
+        free = np.where(s > 0, np.sqrt(2.0 * s / lam), 0.0)  # a free snapshot: as often as the copy allows
+        lower = np.fmax(np.maximum(s / beta, min_interval_s), transfer)  # fmax: an unknown transfer bounds nothing
+        risk = lower > upper
+        chosen = np.where(risk, lower, np.fmin(np.fmax(free, lower), upper))
+        cost = np.nan_to_num(lam * chosen / 2.0 + s / chosen, nan=0.0)  # λ = 0 and Δ = ∞: nothing lost
+    return (np.where(is_async, chosen, interval), np.where(is_async, risk, at_risk),
+            np.where(is_async, cost, per_job_cost))
+
+
+def bound_mode_upper_s(jobs: P1Jobs, bandwidth_bytes_per_s: np.ndarray, upper_s: np.ndarray) -> np.ndarray:
+    """design §2 "Loss budget modes": a `bound` job loses at most L_max to any interruption the notice does not
+    cover. An emergency loses the work since the newest checkpoint already off the node: at most Δ plus the copy
+    time T = max(C/b, measured transfer). So Δ ≤ L_max − T replaces Eq. 9's 2·L_max for those jobs; when that is
+    below the interval floor the floor is used and the job is flagged `loss_budget_at_risk` (as in Eq. 9)."""
+    mode = np.asarray(jobs.loss_budget_mode, dtype=object)
+    bound = mode == "bound"
+    if not bound.any():
+        return upper_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        transfer = jobs.ckpt_bytes / bandwidth_bytes_per_s
+        if jobs.transfer_s is not None:
+            transfer = np.fmax(transfer, np.asarray(jobs.transfer_s, dtype=float))
+        cap_s = jobs.loss_budget_s - transfer  # nan only as ∞ − ∞ (no budget, no bandwidth): Eq. 9's bound
+        return np.where(bound & ~np.isnan(cap_s), cap_s, upper_s)
 
 
 def aggregate_cost(hazard_per_s: np.ndarray, ckpt_bytes: np.ndarray, bandwidth_bytes_per_s: np.ndarray) -> float:

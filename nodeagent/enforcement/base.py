@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from scheduler.reserve import checkpoint_ceil_bytes_per_s
+
 from .api import FlowClass, FlowSpec, KillSwitchMode, LinkPlan, check_budget, flow_key
 from .tc import FIRST_FLOW_MINOR
 
@@ -56,6 +58,8 @@ class BaseEnforcer:
         self._next_minor = FIRST_FLOW_MINOR
         self._free_minors: list[int] = []
         self._ks_mode = KillSwitchMode.OFF
+        # design §4 "Work-conserving reserve": the HTB ceil of checkpoint flows (None: ceil = rate, no borrowing)
+        self._checkpoint_ceil: int | None = None
         self._ks_ports: set[int] = set()
         self._lock = threading.RLock()
         self._closed = False
@@ -93,6 +97,51 @@ class BaseEnforcer:
 
     def _teardown(self) -> None:
         raise NotImplementedError
+
+    def _set_ceil(self, spec: FlowSpec, minor: int, ceil_bytes_per_s: int | None) -> None:
+        """Change one flow's ceil in place (backends without HTB: nothing to do)."""
+
+    def set_reserve(self, reserve_bytes_per_s: int) -> LinkPlan:
+        """The portal's research reserve for this link (design §4 "Calibrated reserve"): the research class is
+        guaranteed it from now on (HTB change-class in place), and the checkpoint ceiling is recomputed at the
+        next measurement. Flows already admitted are left as they are (P3 sized them within the same reserve)."""
+        self._check_open()
+        cap = self.plan.capacity_bytes_per_s
+        plan = LinkPlan(cap, max(0, min(int(reserve_bytes_per_s), cap)))
+        with self._lock:
+            self.plan = plan
+            self._set_plan(plan)
+            self._checkpoint_ceil = None
+        return plan
+
+    def _set_plan(self, plan: LinkPlan) -> None:
+        """Apply a new capacity/reserve to the kernel (backends without HTB: nothing to do)."""
+        htb = getattr(self, "_htb", None)
+        if htb is not None:
+            htb.set_plan(plan)
+
+    def flow_ceil(self, spec: FlowSpec) -> int | None:
+        """The ceil a flow's HTB class gets: the checkpoint ceiling for checkpoint classes, None for research."""
+        if spec.flow_class == FlowClass.RESEARCH:
+            return None
+        return self._checkpoint_ceil
+
+    def borrow_idle_reserve(self, research_bytes_per_s: float | None) -> int:
+        """design §4 "Work-conserving reserve": checkpoint flows may use B − min(R, B_res), R the measured
+        research rate (None: not measured, no borrowing). Applied in place to every checkpoint flow whose
+        ceiling changed; returns the ceiling."""
+        self._check_open()
+        plan = self.plan
+        research = float("nan") if research_bytes_per_s is None else float(research_bytes_per_s)
+        ceil = int(checkpoint_ceil_bytes_per_s(plan.capacity_bytes_per_s, plan.reserve_bytes_per_s, research))
+        with self._lock:
+            if ceil == self._checkpoint_ceil:
+                return ceil
+            self._checkpoint_ceil = ceil
+            for key, spec in self._flows.items():
+                if spec.flow_class != FlowClass.RESEARCH:
+                    self._set_ceil(spec, self._minors[key], ceil)
+        return ceil
 
     # -- public API --------------------------------------------------------------------------------------
     def _alloc_minor(self) -> int:

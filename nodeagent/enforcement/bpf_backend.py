@@ -170,14 +170,20 @@ class BpfHtbEnforcer(BaseEnforcer):
     def _add(self, spec: FlowSpec, minor: int) -> None:
         """Class first, then steering: a packet is never sent to a class that does not exist yet."""
         if self._htb is not None:
-            self._htb.add_flow(minor, spec.rate_bytes_per_s)
+            self._htb.add_flow(minor, spec.rate_bytes_per_s, self.flow_ceil(spec))
         self._write_flow(spec, minor)
 
     def _update(self, old: FlowSpec, new: FlowSpec, minor: int) -> None:
         """change-class in place (queue kept), then the map entry (class/DSCP) in one atomic map update."""
-        if self._htb is not None and old.rate_bytes_per_s != new.rate_bytes_per_s:
-            self._htb.change_flow(minor, new.rate_bytes_per_s)
+        if self._htb is not None and (old.rate_bytes_per_s != new.rate_bytes_per_s
+                                      or old.flow_class != new.flow_class):
+            self._htb.change_flow(minor, new.rate_bytes_per_s, self.flow_ceil(new))
         self._write_flow(new, minor)
+
+    def _set_ceil(self, spec: FlowSpec, minor: int, ceil_bytes_per_s: int | None) -> None:
+        """design §4 "Work-conserving reserve": the flow's class borrows up to the new ceiling (change-class)."""
+        if self._htb is not None:
+            self._htb.change_flow(minor, spec.rate_bytes_per_s, ceil_bytes_per_s)
 
     def _remove(self, spec: FlowSpec, minor: int) -> None:
         """Steering off first, then the class, then the counters."""

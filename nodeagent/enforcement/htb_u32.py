@@ -84,7 +84,7 @@ class HtbU32Enforcer(BaseEnforcer):
     # -- flows --------------------------------------------------------------------------------------------
     def _add(self, spec: FlowSpec, minor: int) -> None:
         assert self._htb is not None
-        self._htb.add_flow(minor, spec.rate_bytes_per_s)
+        self._htb.add_flow(minor, spec.rate_bytes_per_s, self.flow_ceil(spec))
         proto, keys = _flow_keys(spec)
         # One priority per flow (= its class minor) so the filter can be deleted alone.
         self._ipr.tc(
@@ -100,8 +100,13 @@ class HtbU32Enforcer(BaseEnforcer):
 
     def _update(self, old: FlowSpec, new: FlowSpec, minor: int) -> None:
         assert self._htb is not None
-        if old.rate_bytes_per_s != new.rate_bytes_per_s:
-            self._htb.change_flow(minor, new.rate_bytes_per_s)
+        if old.rate_bytes_per_s != new.rate_bytes_per_s or old.flow_class != new.flow_class:
+            self._htb.change_flow(minor, new.rate_bytes_per_s, self.flow_ceil(new))
+
+    def _set_ceil(self, spec: FlowSpec, minor: int, ceil_bytes_per_s: int | None) -> None:
+        """design §4 "Work-conserving reserve": the flow's class borrows up to the new ceiling (change-class)."""
+        assert self._htb is not None
+        self._htb.change_flow(minor, spec.rate_bytes_per_s, ceil_bytes_per_s)
 
     def _remove(self, spec: FlowSpec, minor: int) -> None:
         assert self._htb is not None

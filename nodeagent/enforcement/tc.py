@@ -115,13 +115,22 @@ class HtbTree:
         self._class("change-class", ROOT_MINOR, 0, cap, cap)
         self._class("change-class", DEFAULT_MINOR, ROOT_MINOR, max(plan.reserve_bytes_per_s, 1), cap)
 
-    def add_flow(self, minor: int, rate_bytes_per_s: int) -> None:
-        """A flow class guaranteed and capped at its rate (rate = ceil): it neither starves nor over-runs."""
-        self._class("add-class", minor, ROOT_MINOR, rate_bytes_per_s, rate_bytes_per_s)
+    def _ceil(self, rate_bytes_per_s: int, ceil_bytes_per_s: int | None) -> int:
+        """ceil within [rate, B]; None: rate (the flow never borrows)."""
+        if ceil_bytes_per_s is None:
+            return rate_bytes_per_s
+        return max(rate_bytes_per_s, min(int(ceil_bytes_per_s), self.plan.capacity_bytes_per_s))
 
-    def change_flow(self, minor: int, rate_bytes_per_s: int) -> None:
-        """Rate update in place; the class's queue and the other classes are untouched."""
-        self._class("change-class", minor, ROOT_MINOR, rate_bytes_per_s, rate_bytes_per_s)
+    def add_flow(self, minor: int, rate_bytes_per_s: int, ceil_bytes_per_s: int | None = None) -> None:
+        """A flow class guaranteed its rate. ceil = rate (the default): it neither starves nor over-runs; a
+        checkpoint flow's ceil above its rate lets it borrow what research leaves idle (design §4
+        "Work-conserving reserve"), while research, under its own rate, is always served first."""
+        self._class("add-class", minor, ROOT_MINOR, rate_bytes_per_s, self._ceil(rate_bytes_per_s, ceil_bytes_per_s))
+
+    def change_flow(self, minor: int, rate_bytes_per_s: int, ceil_bytes_per_s: int | None = None) -> None:
+        """Rate (and ceil) update in place; the class's queue and the other classes are untouched."""
+        self._class("change-class", minor, ROOT_MINOR, rate_bytes_per_s,
+                    self._ceil(rate_bytes_per_s, ceil_bytes_per_s))
 
     def delete_flow(self, minor: int) -> None:
         """Remove a flow class (after its steering is gone, so nothing is queued into it any more)."""

@@ -9,6 +9,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from portal.control.models import ClassPolicy, Eviction, JobActivity
+from portal.control.reserve import ReserveError, set_reserve_override, validate_override
+from portal.core.models import LinkClassSample, LinkReserve
 
 
 @admin.register(ClassPolicy)
@@ -52,3 +54,55 @@ class EvictionAdmin(ReadOnlyAdmin):
     list_filter = ["reason", "phase", "then"]
     search_fields = ["job__name"]
     list_select_related = ["job"]
+
+
+@admin.register(LinkReserve)
+class LinkReserveAdmin(admin.ModelAdmin):
+    """The research reserve per link (design §4 "Calibrated reserve"): the daily calibration writes it; an admin
+    sets or clears ``override_bytes_per_s`` here (validated, audited, the effective reserve recomputed)."""
+
+    list_display = ["link", "reserve_bytes_per_s", "source", "calibrated_bytes_per_s", "p95_share", "samples",
+                    "override_bytes_per_s", "calibrated_at"]
+    list_filter = ["source"]
+    fields = ["link", "reserve_bytes_per_s", "source", "calibrated_bytes_per_s", "p95_share", "samples",
+              "calibrated_at", "override_bytes_per_s"]
+    readonly_fields = ["reserve_bytes_per_s", "source", "calibrated_bytes_per_s", "p95_share", "samples",
+                       "calibrated_at"]
+    list_select_related = ["link"]
+    search_fields = ["link__name"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*self.readonly_fields, "link"] if obj is not None else list(self.readonly_fields)
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+
+        class ReserveForm(form):  # type: ignore[misc, valid-type]
+            def clean(self) -> dict[str, Any]:
+                data = super().clean()
+                link = data.get("link") or getattr(self.instance, "link", None)
+                if link is not None:
+                    try:
+                        validate_override(link, data.get("override_bytes_per_s"))
+                    except ReserveError as exc:
+                        self.add_error(exc.field, str(exc))
+                return data
+
+        return ReserveForm
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        obj.pk = set_reserve_override(request.user, obj.link, obj.override_bytes_per_s).pk
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the calibration keeps one row per link
+
+
+@admin.register(LinkClassSample)
+class LinkClassSampleAdmin(ReadOnlyAdmin):
+    """Bytes per traffic class per link, as the agents reported them (design §4 "Calibrated reserve")."""
+
+    list_display = ["link", "scope", "node", "sampled_at", "interval_s", "research_bytes", "checkpoint_bytes",
+                    "other_bytes", "source"]
+    list_filter = ["scope", "link__kind"]
+    search_fields = ["link__name", "node__name"]
+    list_select_related = ["link", "node"]

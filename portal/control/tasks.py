@@ -13,6 +13,7 @@ import celery
 from celery import shared_task
 from django.db import OperationalError, transaction
 
+from portal.control import reserve
 from portal.control.link import commands
 from portal.control.loop import housekeeping as tables
 from portal.control.loop import reconcile as reconciler
@@ -54,6 +55,12 @@ def control_tick(self: ControlTick) -> dict[str, int]:
 def housekeeping() -> dict[str, int]:
     """Every ten minutes (beat): roll up bandwidth samples, prune old decision logs (design §9.8)."""
     return tables.housekeeping()
+
+
+@shared_task(name="control.calibrate_reserves", ignore_result=True, **RETRY)
+def calibrate_reserves() -> dict[str, int]:
+    """Daily (beat, ``evaluation`` queue): B_min per link from 7 days of research traffic (design §4)."""
+    return reserve.calibrate_reserves()
 
 
 @shared_task(name="control.reconcile", ignore_result=True, **RETRY)

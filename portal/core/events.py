@@ -316,10 +316,25 @@ def _owner_using_gpu(f: Facts, subject: str) -> str | None:
     gpus = f.get("gpus") or []
     if not gpus:
         return None
+    if "processes" in gpus[0]:  # the agent's process list (design §1 "Owner activity and MIG")
+        return _owner_processes(gpus, subject, str(f.get("action") or "notify"))
     which = ", ".join(f"GPU {g['index']} ({g['util_pct']:.0f}%)" for g in gpus)
     return (f"{subject} is lent, but {which} {'is' if len(gpus) == 1 else 'are'} busy with no borrowed job on "
             "it: someone at the lab is using a lent GPU. Jobs placed there would compete for it; take the node "
             "back first (a reclaim with notice moves its jobs off).")
+
+
+def _owner_processes(gpus: list[dict[str, Any]], subject: str, action: str) -> str:
+    """Owner use seen in the GPUs' process lists: which GPUs, how many processes and how much memory."""
+    which = ", ".join(f"GPU {g['index']} ({g['processes']} process{'es' if g['processes'] != 1 else ''}, "
+                      f"{g['memory_bytes'] / 1e9:.1f} GB)" for g in gpus)
+    text = f"{subject} is lent, but the lab is using it: {which}."
+    if any(g.get("borrowed") for g in gpus):
+        text += " A borrowed job runs on the same GPU."
+    if action == "reclaim":
+        return text + " As this node's policy asks, it is being taken back (a reclaim with notice moves its jobs off)."
+    return text + " Jobs placed there compete for it; take the node back first, or set the node to be reclaimed " \
+                  "automatically when this happens."
 
 
 # Loans (design §15): the idle watchdog, the loan timer, the release and the owner's resume.

@@ -15,6 +15,8 @@ from django.utils.translation import ngettext
 from portal.control.ladder import ClassTerms, class_policies
 from portal.core.events import duration
 from portal.core.models import Building, PriorityClass, Provider, ResearchGroup
+from portal.core.models.jobs import LossBudgetMode
+from portal.core.models.nodes import OwnerUsePolicy
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
 from portal.core.services.jobs import campus_hardware, campus_limits
 
@@ -86,6 +88,10 @@ class RegisterNodeForm(forms.Form):
 
 class FloorForm(forms.Form):
     gpu_floor = forms.IntegerField(min_value=0, max_value=16, label="GPUs never lent")
+    # design §1 "Owner activity and MIG"; optional so that a form without it keeps the node's policy
+    owner_use_policy = forms.ChoiceField(
+        choices=OwnerUsePolicy.choices, required=False, label="When the lab uses a lent GPU",
+        help_text="The agent sees processes on lent GPUs that are no borrowed job's.")
 
 
 class LendingWindowForm(forms.Form):
@@ -174,6 +180,10 @@ class JobForm(forms.Form):
     loss_budget_min = forms.FloatField(min_value=1 / 60, max_value=24 * 60, required=False,
                                        label="Loss budget (min)",
                                        help_text="Most work you accept to lose on an emergency reclaim (optional).")
+    loss_budget_mode = forms.ChoiceField(  # design §2 "Loss budget modes"; empty: expected
+        choices=LossBudgetMode.choices, initial=LossBudgetMode.EXPECTED, required=False, label="Loss budget means",
+        help_text="Expected: on average an interruption loses at most the budget. Bound: no interruption loses "
+                  "more than the budget unless its notice makes that impossible (more frequent checkpoints).")
     restart_s = forms.FloatField(min_value=0, max_value=3600, initial=30, label="Restart time (s)")
     priority_class = forms.ChoiceField(choices=PriorityClass.choices, initial=PriorityClass.STANDARD,
                                        label="Priority class")
@@ -234,6 +244,7 @@ class JobForm(forms.Form):
             "expected_runtime_s": d["expected_runtime_h"] * 3600,
             "ckpt_bytes_estimate": int(d["ckpt_gb"] * GB),
             "loss_budget_s": d["loss_budget_min"] * 60 if d.get("loss_budget_min") else None,
+            "loss_budget_mode": d.get("loss_budget_mode") or LossBudgetMode.EXPECTED,
             "restart_s": d["restart_s"],
             "priority_class": d["priority_class"],
             "output_dir": (d.get("output_dir") or "").strip(),

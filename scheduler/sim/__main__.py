@@ -12,7 +12,7 @@ import sys
 from scheduler.sim.adapters import load_any
 from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import summarise
-from scheduler.sim.policies import get_policy
+from scheduler.sim.policies import get_policy, with_ckpt_mode
 from scheduler.sim.trace import TraceError
 
 
@@ -27,12 +27,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object (the default output)")
+    ap.add_argument("--ckpt-mode", default="sync", help="sync | async: checkpoints stall the job for the whole "
+                    "write, or only for a snapshot (design §2 \"Asynchronous snapshots\")")
+    ap.add_argument("--stall-fraction", type=float, default=None,
+                    help="async: the snapshot's stall as a fraction of the write (default: the policy's, 0.1)")
     try:
         args = ap.parse_args(argv)
         try:
             policy = get_policy(args.policy)
         except ValueError as e:
             raise TraceError("policy", str(e)) from None
+        try:
+            policy = with_ckpt_mode(policy, args.ckpt_mode, args.stall_fraction)
+        except ValueError as e:
+            raise TraceError("ckpt_mode" if "mode" in str(e) else "stall_fraction", str(e)) from None
         trace = load_any(args.trace)
     except TraceError as e:
         print(json.dumps({"error": str(e), "field": e.field}))

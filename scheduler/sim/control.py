@@ -2,8 +2,15 @@
 
 P1 plans every running job's checkpoint interval Δ_i and guaranteed pre-sync rate b_i against the node's
 checkpoint budget B_ckpt = (1 - β)·B⁻ - admitted planned migrations (design §4: the link capacity less the
-research reserve less AF41), P3 admits planned migrations, and `_rates` turns both into actual rates
-(`scheduler.sim.network.allocate`): a checkpoint stall lasts C / (its actual rate) under every policy.
+research reserve less AF41) — with the work-conserving reserve (design §4.2, `Policy.reserve_borrow`, the default
+under P3) B⁻ − min(R, β·B⁻) − AF41 by `scheduler.reserve.checkpoint_ceil_bytes_per_s`, R the research rate of the
+current control period: the idle part of the reserve is lent to checkpoints and handed back at the next period
+research uses it (the same value is the writers' HTB ceil, so P1 plans with the rate they get), P3 admits planned migrations, and `_rates` turns both into actual rates
+(`scheduler.sim.network.allocate`): a checkpoint stall lasts C / (its actual rate) under every policy — or,
+with asynchronous snapshots (`Policy.ckpt_mode == "async"`, design §2 "Asynchronous snapshots"), only
+stall_fraction of it: the copy of C at that rate (`xfer`) then runs in the background while the job works,
+P1 plans with the stall and the copy time, and no interval is shorter than the copy (a snapshot waits for the
+previous copy).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import numpy as np
 
 from scheduler.p1 import MIN_INTERVAL_S, P1Jobs, optimal_interval_s, plan_checkpoints
 from scheduler.p3 import P3Flows, admit_flows_on_paths
+from scheduler.reserve import checkpoint_ceil_bytes_per_s
 from scheduler.sim.network import LINE_RATE_BYTES_PER_S, allocate
 
 LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
@@ -47,10 +55,11 @@ class ControlMixin:
             b = np.full(idx.size, LOCAL_WRITE_BYTES_PER_S)
             lam = np.maximum(self.lam_up[nodes], 1e-12)
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx], cap_bytes_per_s=b,
-                                loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx])
+                                loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx],
+                                **self._async_inputs(idx, self.C[idx] / b))
             plan = plan_checkpoints(jobs, float(np.sum(b)) + 1.0, beta=P1_BETA, min_interval_s=P1_MIN_INTERVAL_S)
             self.bplan[idx] = b
-            self._remap(idx, plan.interval_s, self.C[idx] / b)
+            self._remap_write(idx, plan.interval_s, self.C[idx] / b)
             return
         # node budget B_ckpt: the access link's capacity (lower bound B⁻) less the research reserve less
         # admitted planned migrations (design §4 "pre-sync traffic uses what planned migrations leave")
@@ -60,13 +69,14 @@ class ControlMixin:
                 af[f["links"]] += f["shaped"]
         informed = pol.interval == "informed"  # P1 fed the true λ(t) and link bandwidth
         cap = self.B if informed else self.Bcap
-        budget_node = np.maximum((1 - self.reserve_fraction) * cap - af, MIN_RATE_BYTES_PER_S)[self.access]
+        budget_node = np.maximum(self._ckpt_ceil(cap) - af, MIN_RATE_BYTES_PER_S)[self.access]
         lam = np.maximum(self.lam_up[nodes], 1e-12)
         if informed and self.lam_true is not None:
             lam = np.full(idx.size, max(self.lam_now, 1e-12))
         if pol.bandwidth_split == "p1":
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
-                                loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx])
+                                loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx],
+                                **self._async_inputs(idx, self.xfer[idx]))
             plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes, min_interval_s=P1_MIN_INTERVAL_S)
             b, interval = plan.bandwidth_bytes_per_s, plan.interval_s
         else:
@@ -98,7 +108,34 @@ class ControlMixin:
         p3 = pol.traffic == "p3"
         self.bplan[idx] = b if p3 else LINE_RATE_BYTES_PER_S
         self.wceil[idx] = budget_node[nodes] if p3 else LINE_RATE_BYTES_PER_S
-        self._remap(idx, interval, self.s[idx])
+        if pol.ckpt_mode == "async":
+            self._remap_write(idx, interval, self.xfer[idx])
+        else:
+            self._remap(idx, interval, self.s[idx])
+
+    def _ckpt_ceil(self, cap: np.ndarray) -> np.ndarray:
+        """Per link, the checkpoint class's ceiling before admitted migrations: (1 − β)·cap with a fixed reserve;
+        with the work-conserving reserve (design §4.2, `Policy.reserve_borrow`, P3 traffic only) the rule of
+        `scheduler.reserve`: cap − min(R, β·cap), R the research rate measured this control period."""
+        if not (self.pol.reserve_borrow and self.pol.traffic == "p3"):
+            return (1 - self.reserve_fraction) * cap
+        return np.asarray(checkpoint_ceil_bytes_per_s(cap, self.reserve_fraction * cap, self.R), dtype=float)
+
+    # ---- asynchronous snapshots (design §2 "Asynchronous snapshots") -----------------------------------------
+    def _async_inputs(self, idx: np.ndarray, write_s: np.ndarray) -> dict[str, np.ndarray]:
+        """P1's optional inputs for these jobs: their stall and the measured copy time (none when synchronous)."""
+        if self.pol.ckpt_mode != "async":
+            return {}
+        return {"stall_s": self.pol.stall_fraction * write_s, "transfer_s": write_s}
+
+    def _remap_write(self, idx: np.ndarray, new_delta: np.ndarray, write_s: np.ndarray) -> None:
+        """`_remap` with a checkpoint whose copy takes ``write_s``: synchronous, the stall is the copy; async, the
+        stall is stall_fraction of it, the copy runs in the background (``xfer``) and Δ ≥ the copy."""
+        if self.pol.ckpt_mode != "async":
+            self._remap(idx, new_delta, write_s)
+            return
+        self.xfer[idx] = write_s
+        self._remap(idx, np.maximum(new_delta, write_s), self.pol.stall_fraction * write_s)
 
     def _remap(self, idx: np.ndarray, new_delta: np.ndarray, new_s: np.ndarray) -> None:
         """Carry a job's cycle position across a change of Δ or write time (see module docstring)."""
@@ -120,18 +157,20 @@ class ControlMixin:
         shaped = np.array([f["shaped"] for f in self.flows]) if self.flows else np.zeros(0)
         links = [f["links"] for f in self.flows]
         duty = np.zeros(net_writers.size)
+        is_async = self.pol.ckpt_mode == "async"
         if net_writers.size:
             dd, ss = self.delta[net_writers], self.s[net_writers]
-            duty = np.where(np.isfinite(dd), ss / (dd + ss), 0.0)
+            on_link = self.xfer[net_writers] if is_async else ss  # async: the copy, not the stall, uses the link
+            duty = np.where(np.isfinite(dd), on_link / (dd + ss), 0.0)
         self.use = allocate(self.pol.traffic, self.B, self.R, links, shaped, self.access[self.node[net_writers]],
                             self.bplan[net_writers], duty, self.wceil[net_writers], self.reserve_fraction)
         if net_writers.size:
             b = np.maximum(self.use.writer_rate_bytes_per_s, MIN_RATE_BYTES_PER_S)
             new_s = self.C[net_writers] / b
-            ch = np.abs(new_s - self.s[net_writers]) > 1e-9 * np.maximum(new_s, 1.0)
+            ch = np.abs(new_s - (self.xfer if is_async else self.s)[net_writers]) > 1e-9 * np.maximum(new_s, 1.0)
             if np.any(ch):
                 w = net_writers[ch]
-                self._remap(w, self.delta[w], new_s[ch])
+                self._remap_write(w, self.delta[w], new_s[ch])
 
     def _admit(self, t: float) -> None:
         """P3 (design §4) over all planned flows still inside their notice window; others ride CS1."""

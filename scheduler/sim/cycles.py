@@ -52,3 +52,16 @@ def risk_integral(r0: np.ndarray, p: np.ndarray, d: np.ndarray, s: np.ndarray, d
         f_rem = np.where(rem < d, rem * rem / 2.0, d * d / 2.0 + d * (rem - d))
         part2 = np.where(rest > 0, np.where(n > 0, n * fc, 0.0) + f_rem, 0.0)
     return part1 + part2
+
+
+def async_durable(prog: np.ndarray, durable: np.ndarray, newp: np.ndarray, d: np.ndarray, xfer: np.ndarray,
+                  crossed: np.ndarray) -> np.ndarray:
+    """Durable progress with asynchronous snapshots (design §2 "Asynchronous snapshots"): the snapshot taken at
+    the end of a cycle's work (progress prog - min(newp, Δ), the "base") is durable only ``xfer`` seconds into
+    the next cycle, when its background copy ends (Δ ≥ xfer, so it ends before the next snapshot). Before that,
+    the durable one is the snapshot a cycle earlier (base - Δ), never less than what was durable already."""
+    base = prog - np.minimum(newp, d)
+    with np.errstate(invalid="ignore"):
+        copied = newp >= xfer
+        previous = np.where(crossed, np.maximum(durable, base - d), durable)
+        return np.where(copied, np.maximum(durable, base), previous)

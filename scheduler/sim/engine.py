@@ -12,6 +12,7 @@ progress since the last durable checkpoint. Deterministic for a seed.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 from scheduler import queue as fairq
 from scheduler.p2 import P2Request, select_destination
 from scheduler.sim.control import LOCAL_WRITE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ControlMixin
-from scheduler.sim.cycles import advance_cycles, risk_integral, time_to_finish
+from scheduler.sim.cycles import advance_cycles, async_durable, risk_integral, time_to_finish
 from scheduler.sim.network import LINE_RATE_BYTES_PER_S, RESERVE_FRACTION
 from scheduler.sim.policies import Policy
 from scheduler.sim.trace import Trace
@@ -229,6 +230,7 @@ class Simulator(ControlMixin):
         self.prog, self.durable, self.pos = np.zeros(J), np.zeros(J), np.zeros(J)
         self.delta = np.full(J, 600.0)
         self.s = np.ones(J)
+        self.xfer = np.ones(J)  # async checkpoints (design §2): the background copy's time C/b (sync: unused)
         self.bplan = np.full(J, LINE_RATE_BYTES_PER_S)  # guaranteed pre-sync rate b_i (tcp: line rate)
         self.wceil = np.full(J, LINE_RATE_BYTES_PER_S)  # its node's checkpoint budget B_ckpt (HTB ceil)
         self.holder = np.full(J, -1)
@@ -292,6 +294,8 @@ class Simulator(ControlMixin):
             self.res_t.budget_bound_gpu_s += float(np.sum(self.jg[run][at_bound])) * dt
             if self.lam_true is not None and self.pol.interval != "oracle":  # the oracle saves just in time
                 risk = risk_integral(self.prog[run] - self.durable[run], p, d, s, dt)
+                if self.pol.ckpt_mode == "async":  # approximation: a snapshot is at risk while it is copied,
+                    risk = risk + dt * d * np.minimum(self.xfer[run], d) / (d + s)  # ≈ Δ more for that share
                 self.res_t.expected_lost_gpu_s += self.lam_now * float(np.sum(risk * self.jg[run]))
             n, newp, work = advance_cycles(p, d, s, dt)
             work = np.minimum(work, self.work[run] - self.prog[run])
@@ -299,7 +303,11 @@ class Simulator(ControlMixin):
             self.prog[run] += work
             self.pos[run] = newp
             crossed = n >= 1
-            self.durable[run] = np.where(crossed, self.prog[run] - np.minimum(newp, d), self.durable[run])
+            if self.pol.ckpt_mode == "async":
+                self.durable[run] = async_durable(self.prog[run], self.durable[run], newp, d, self.xfer[run],
+                                                  crossed)
+            else:
+                self.durable[run] = np.where(crossed, self.prog[run] - np.minimum(newp, d), self.durable[run])
         if self.flows and self.use is not None:
             for k, f in enumerate(self.flows):
                 f["left"] = max(0.0, f["left"] - self.use.flow_rate_bytes_per_s[k] * dt)
@@ -494,6 +502,9 @@ class Simulator(ControlMixin):
         self.durable[j] = self.prog[j]
         self.pos[j] = 0.0
         self.s[j] = self.C[j] / max(self.bplan[j], MIN_RATE_BYTES_PER_S)
+        if self.pol.ckpt_mode == "async":  # design §2 "Asynchronous snapshots": the job stalls for the copy only
+            self.xfer[j] = self.s[j]
+            self.s[j] *= self.pol.stall_fraction
         self.holder[j] = self.buddy[n] if self.pol.migrate else n
         self._replan(t, np.array([j]))
 
@@ -713,7 +724,9 @@ class Simulator(ControlMixin):
         self._replan(t)
 
     # ---- main loop -------------------------------------------------------------------------------
-    def run(self) -> SimResult:
+    def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
+        """Simulate to the horizon. ``progress`` (optional) is called with the fraction of the horizon done
+        after each control period; it only observes (the result is the same with or without it)."""
         self._init_state()
         horizon = self.tr.horizon_s
         t = 0.0
@@ -760,6 +773,8 @@ class Simulator(ControlMixin):
                 while self.heap and self.heap[0][0] <= t:
                     _, _, kind, arg = heapq.heappop(self.heap)
                     self._dispatch(kind, arg, t)
+                    if progress is not None and kind == "epoch":
+                        progress(t / horizon)
             self._rates()
         return self._finalise(horizon)
 
@@ -794,6 +809,7 @@ class Simulator(ControlMixin):
         return r
 
 
-def simulate(trace: Trace, policy: Policy, seed: int = 0, period_s: float = 600.0) -> SimResult:
-    """Run one policy on one trace (deterministic for `seed`)."""
-    return Simulator(trace, policy, seed=seed, period_s=period_s).run()
+def simulate(trace: Trace, policy: Policy, seed: int = 0, period_s: float = 600.0,
+             progress: Callable[[float], None] | None = None) -> SimResult:
+    """Run one policy on one trace (deterministic for `seed`); ``progress`` as in `Simulator.run`."""
+    return Simulator(trace, policy, seed=seed, period_s=period_s).run(progress)

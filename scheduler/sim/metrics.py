@@ -15,6 +15,9 @@ Definitions (stated in the report too):
 - budget_bound_share: share of running GPU-time whose (finite) interval Δ is at or above 2·L_max: Eq. 9's
   upper bound sets Δ, or (loss_budget_at_risk) its floor C/(βb) lies above it; either way not the hazard.
   Policies that ignore budgets count where they plan past it; the oracle (no periodic checkpoints) never.
+- budget_violations: share of interruptions in which the job lost more progress than its loss budget L_max
+  (issue 19): a policy that ignores budgets is not cheaper, it breaks a promise. Unlike migration_success it
+  counts every interruption whether or not the job moved.
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ from typing import Any
 import numpy as np
 
 from scheduler.sim.engine import SimResult
+
+
+def budget_violations(r: SimResult) -> float:
+    """Share of `r`'s interruptions whose lost progress exceeds the job's loss budget L_max (0 if none)."""
+    if not r.interruptions:
+        return 0.0
+    return round(float(np.mean([x.lost_s > x.budget_s + 1e-9 for x in r.interruptions])), 4)
 
 
 def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
@@ -46,6 +56,7 @@ def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
         "downtime_median_s": round(float(np.median(down)), 2) if down.size else 0.0,
         "downtime_p99_s": round(float(np.percentile(down, 99)), 2) if down.size else 0.0,
         "migration_success": round(float(np.mean(ok)), 4) if ok.size else 1.0,
+        "budget_violations": budget_violations(r),
         "traffic_degradation": round(r.research_deficit_bytes / r.research_demand_bytes, 4)
         if r.research_demand_bytes > 0 else 0.0,
         "gpu_utilization": round(r.useful_gpu_s / r.resident_gpu_s, 4) if r.resident_gpu_s > 0 else 0.0,

@@ -8,7 +8,9 @@ under both a stall lasts C / (the rate it gets), so every policy's checkpoint is
 - ``p3`` (HTB at the provider egress, design §4): admitted planned migrations (AF41) get their shaped P3
   rate; research (best effort) keeps its reserve min(R, β·B); each pre-sync writer (CS1) is guaranteed
   its P1 rate b_i and borrows, work-conservingly, the unused part of its node's checkpoint budget
-  B_ckpt (its ceil: capacity − reserve − admitted migrations, as P1 planned it), never the reserve;
+  B_ckpt (its ceil: capacity − reserve − admitted migrations, as P1 planned it; with the work-conserving
+  reserve of design §4.2 the ceil includes the part of the reserve research leaves idle, B − min(R, β·B)),
+  never the reserve research uses: CS1 is capped at capacity − admitted − min(R, β·B) whatever the ceil;
   recovery and unadmitted transfers scavenge what research and the writers leave.
 - ``tcp``: no shaping; research and every bulk flow share each link in proportion to demand (bulk flows
   demand the 1 Gbit/s access line rate), which is how long TCP flows crowd out interactive traffic.

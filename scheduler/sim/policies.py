@@ -44,6 +44,17 @@ class Policy:
     # "fair" = scheduler.queue (fair share, quotas, EASY backfill); name a policy "NAME+fair" to switch it
     queue: str = "fifo"
     queue_weights: PriorityWeights = DEFAULT_WEIGHTS
+    # checkpoints (design §2 "Asynchronous snapshots"): "sync" = the job stalls for the whole write, C/b;
+    # "async" = it stalls for stall_fraction·C/b (the copy to host memory), the copy off the node runs in the
+    # background while it trains (durable only when that ends) and the interval is never shorter than the copy.
+    # Name a policy "NAME+async" (or pass --ckpt-mode async) to switch it.
+    ckpt_mode: str = "sync"
+    stall_fraction: float = 0.1
+    # work-conserving reserve (design §4.2, HTB ceil; `scheduler.reserve.checkpoint_ceil_bytes_per_s`): under P3
+    # traffic, pre-sync writes may borrow the part of research's reserve that research leaves idle this control
+    # period (ceil B⁻ − min(R, β·B⁻) − admitted migrations) and P1 plans with that rate. False = the fixed
+    # (1 − β)·B⁻ ceiling of before. TCP policies model no reserve and ignore it.
+    reserve_borrow: bool = True
 
 
 RECLAIMNET = Policy("reclaimnet")
@@ -71,6 +82,12 @@ _NAMED: dict[str, Policy] = {
     # budgets cost from what P1's adaptivity buys
     "static-budget": Policy("static-budget", interval="static-budget", bandwidth_split="equal",
                             destination="first_fit", traffic="tcp"),
+    # the paper's B3 (issue 19): a fixed 10-minute interval, no hazard or bandwidth adaptation, and the same
+    # migration machinery as ReclaimNet (P2 destination, P3 traffic, final checkpoint): `fixed:600` by name
+    "static-10min": Policy("static-10min", interval="fixed", fixed_interval_s=600.0),
+    # not in design §7: ReclaimNet with the research reserve a fixed cap (no HTB borrowing, design §4.2): what
+    # ReclaimNet did before the work-conserving reserve, kept to measure what borrowing buys
+    "reclaimnet-fixed-reserve": Policy("reclaimnet-fixed-reserve", reserve_borrow=False),
 }
 
 POLICY_NAMES: tuple[str, ...] = (*_NAMED, "fixed:SECONDS")
@@ -88,11 +105,31 @@ ABLATIONS: tuple[Policy, ...] = tuple(ablation(a, b, c) for a in (True, False) f
                                       for c in (True, False))
 
 
+CKPT_MODES = ("sync", "async")
+
+
+def with_ckpt_mode(policy: Policy, mode: str, stall_fraction: float | None = None) -> Policy:
+    """``policy`` with synchronous or asynchronous checkpoints (design §2 "Asynchronous snapshots"); an
+    asynchronous variant is named ``NAME+async`` so both can be reported side by side. ValueError if unknown."""
+    if mode not in CKPT_MODES:
+        raise ValueError(f"unknown checkpoint mode {mode!r}; one of {', '.join(CKPT_MODES)}")
+    frac = policy.stall_fraction if stall_fraction is None else float(stall_fraction)
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"stall fraction must be from 0 to 1, got {frac!r}")
+    if mode == "sync":
+        return policy
+    name = policy.name if policy.name.endswith("+async") else f"{policy.name}+async"
+    return replace(policy, name=name, ckpt_mode="async", stall_fraction=frac)
+
+
 def get_policy(name: str) -> Policy:
-    """Policy by its design §7 name (also ``fixed:SECONDS``, ``abl-XYZ`` and ``NAME+fair``: that policy with
-    the fair queue of design §16.5); ValueError if unknown."""
+    """Policy by its design §7 name (also ``fixed:SECONDS``, ``abl-XYZ``, ``NAME+fair``: that policy with
+    the fair queue of design §16.5, and ``NAME+async``: with asynchronous snapshot checkpoints, design §2);
+    ValueError if unknown."""
     if name.endswith("+fair"):
         return replace(get_policy(name[: -len("+fair")]), name=name, queue="fair")
+    if name.endswith("+async"):
+        return with_ckpt_mode(get_policy(name[: -len("+async")]), "async")
     if name in _NAMED:
         return _NAMED[name]
     if name.startswith("fixed:"):

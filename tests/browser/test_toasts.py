@@ -20,6 +20,7 @@ from portal.control.loop.ticks import place_job
 from portal.control.models import AgentSession
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.models import Checkpoint, Job, Node, Placement, ResearchGroup
+from portal.notify.models import Preference
 
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -98,6 +99,9 @@ def test_a_checkpoint_raises_no_toast_and_a_placement_one_that_hides_nothing(
 ) -> None:
     running = Job.objects.filter(group__name="NLP Group", state="running").order_by("pk").first()
     assert running is not None, "the seeded history leaves NLP Group jobs running"
+    # The researcher's notification choices at their defaults (a toast for job.placed): another test of the
+    # session may have turned that toast off.
+    Preference.objects.filter(user__username="researcher").delete()
     page.set_viewport_size(DESKTOP)
     login(page, "researcher")
     page.goto("/jobs/")

@@ -7,10 +7,12 @@ The agent side runs with an injected clock; one test pauses and resumes a real p
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -43,6 +45,7 @@ class _Run:
         self.signals: list[int] = []
         self.stop_reason = ""
         self.gpus: list[int] = []
+        self.proc = SimpleNamespace(pid=os.getpid())  # a live pid: the agent tells its jobs' processes apart
 
     def signal(self, signum: int) -> None:
         self.signals.append(signum)

@@ -40,6 +40,7 @@ EXPECTED_QUEUE = {
     Task.PLACE_QUEUED: "placement",
     Task.PRESYNC_CHECKPOINT: "placement",
     "control.housekeeping": "housekeeping",
+    "control.calibrate_reserves": "evaluation",  # daily, minutes of reading: never ahead of a control step
 }
 REDIS_DB = 10  # this module's own queues on the shared server
 

@@ -59,6 +59,7 @@ def notify_stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[
             "RECLAIMNET_NOTIFY_RETRY_BASE_S": "0.5", "RECLAIMNET_NOTIFY_WEBHOOK_TIMEOUT_S": "2",
             "RECLAIMNET_NOTIFY_ALLOW_PRIVATE_WEBHOOKS": "1"})  # the receivers listen on 127.0.0.1
         st.flush_redis()
+        _retire_leftovers()
         nodes = harness.make_campus([("notify-e2e-a1", "A"), ("notify-e2e-b1", "B")])
         owner, _ = get_user_model().objects.get_or_create(username=OWNER)
         owner.email = "owner@campus.example"
@@ -82,6 +83,24 @@ def notify_stack(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[
                 print(f"notify e2e logs kept in {workdir}")
             else:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _retire_leftovers() -> None:
+    """Earlier modules of the session share this test database (pytest-django sets it up once) and leave nodes
+    that look online, jobs that look queued or running and reclaims under way. This module's control loop would
+    declare those nodes lost and move their jobs onto its own two nodes: retire them, end their jobs, close their
+    reclaims and drop their migrations' pending steps."""
+    from portal.control.models import MigrationWork
+    from portal.core.lifecycle.jobs import TERMINAL, JobState
+    from portal.core.lifecycle.nodes import NodeState
+    from portal.core.models import Job, Node, ReclaimEvent
+    from portal.core.models.reclaims import ReclaimOutcome
+
+    MigrationWork.objects.all().delete()
+    ReclaimEvent.objects.filter(finished_at__isnull=True).update(finished_at=timezone.now(),
+                                                                 outcome=ReclaimOutcome.FORCED)
+    Job.objects.exclude(state__in=TERMINAL).update(state=JobState.CANCELLED)
+    Node.objects.exclude(state=NodeState.RETIRED).update(state=NodeState.RETIRED)
 
 
 def _forget_notify_rows() -> None:

@@ -70,8 +70,10 @@ def test_floored_shares_match_scipy_optimum(inst: tuple) -> None:
     assert b.sum() == pytest.approx(min(budget, cap.sum()), rel=1e-9)
     ours = float(np.sum(floored_cost(lam, c, b, floor_s)))
     best = scipy_floored_optimum(lam, c, budget, cap, floor_s)
-    assert ours <= best * (1 + 1e-8)  # never worse than scipy's optimum
-    assert abs(ours - best) / best <= 1e-6
+    # Never worse than a general solver's best of several starts (to rounding: the costs are sums of terms that
+    # differ by up to 1e9). SLSQP may stop short of the optimum on badly scaled instances (Hypothesis found one
+    # 7 % above ours); being better than it is no failure.
+    assert ours <= best * (1 + 1e-7)
 
 
 @SETTINGS

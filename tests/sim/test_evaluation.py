@@ -137,12 +137,13 @@ def test_report_ends_with_the_evaluate_line_and_marks_unmet_targets(tmp_path: Pa
         extra={"drift_rows": [{"hazard_per_node_h": 0.99, "median_first_within_10pct_min": 32.5,
                                "mean_within_10pct_from_min": 45}], "campus_hazard_per_s": 0.016 / 3600})
     text = path.read_text()
-    assert text.rstrip().splitlines()[-1] == ("evaluate: oracle ratio 1207.50, vs slurm-pr -69%, vs static +38%, "
-                                               "success 95.0%, degradation 2.0%")
+    # without the issue 19 headline (tests/sim/test_evaluate_quick.py) the seed-1 summary line ends the report
+    assert text.rstrip().splitlines()[-1] == ("main campus, seed 1: oracle ratio 1207.50, vs slurm-pr -69%, "
+                                               "vs static +38%, success 95.0%, degradation 2.0%")
     verdict = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[-1]
                for line in text.splitlines() if line.startswith("| ") and line.rstrip().endswith(("yes |", "NO |"))}
     assert verdict["≥ 66% below slurm-pr"] == "yes"
-    assert verdict["≥ 38% below static Young/Daly"] == "NO"
+    assert verdict["≥ 38% below static Young/Daly (withdrawn by issue 19: the paper's 38% is over Bamboo)"] == "NO"
     assert verdict["migration success > 91%"] == "yes"
     assert verdict["Theorem 2 gap measured within 1 point of predicted (Δ inside an epoch)"] == "yes"
     assert verdict["hazard re-convergence after the 1.7x step (paper 18 min)"] == "NO"

@@ -68,7 +68,8 @@ def test_p1_expected_cost_matches_simulated_rate() -> None:
     assert float(C / sim.s[0]) == pytest.approx(b, rel=1e-6)  # a lone job writes at its P1 rate
     p1_cost = LAM * delta / 2 + C / (b * delta)
     assert simulated == pytest.approx(p1_cost, rel=tol)
-    plan = plan_checkpoints(P1Jobs.build(("j0",), np.array([LAM]), np.array([C])), 0.7 * B, beta=0.2)
+    # no research: the work-conserving reserve (design §4.2) lends its whole 30 %, so P1's budget is all of B
+    plan = plan_checkpoints(P1Jobs.build(("j0",), np.array([LAM]), np.array([C])), B, beta=0.2)
     assert delta == pytest.approx(float(plan.interval_s[0]))
     assert simulated == pytest.approx(plan.expected_cost, rel=tol)
 

@@ -37,6 +37,7 @@ DEFAULT_TTL_S = 300.0
 TTL_S: dict[str, float] = {
     "start_job": 30.0, "set_interval": 30.0, "set_rate": 30.0, "stop_job": 300.0, "checkpoint": 300.0,
     "killswitch": 600.0, "expect_checkpoint": 600.0, "send_checkpoint": 600.0, "drop_checkpoints": 600.0,
+    "set_reserve": 86400.0,  # design §4: the day's reserve, until the next calibration supersedes it
 }
 
 
@@ -50,7 +51,7 @@ def supersede_key_of(node_id: int, kind: str, fields: dict[str, Any]) -> str:
 
     The kill-switch state and the reclaim notice are a node's; a job's interval and its start are the job's
     wherever it is (a start elsewhere replaces a start that never arrived); a rate is its transfer's."""
-    if kind in ("killswitch", "reclaim_notice"):
+    if kind in ("killswitch", "reclaim_notice", "set_reserve"):
         return f"{node_id}/{kind}"
     if kind in ("set_interval", "start_job") and "job_id" in fields:
         return f"{kind}:{fields['job_id']}"

@@ -28,6 +28,7 @@ from portal.control.activity import record_activity
 from portal.control.config import rn
 from portal.control.link import commands
 from portal.control.link import output as job_output
+from portal.control.link.class_samples import sample_class_bytes
 from portal.control.link.protocol import (
     RESTORE_FAILED,
     CheckpointDone,
@@ -54,6 +55,7 @@ from portal.control.models import (
     TransferPurpose,
     TransferState,
 )
+from portal.control.owner_use import hello_gpu_state, observe_gpu_state  # processes on lent GPUs (design §1)
 from portal.control.progress import record_progress
 from portal.control.reclaim import evict, lifecycle
 from portal.control.reclaim.workflow import (
@@ -166,6 +168,7 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
         if unregistered:
             record_rejection(node_id, f"hello: GPU index(es) {sorted(unregistered)} not registered for this node; "
                              "register them or fix the agent's inventory", "hello")
+        hello_gpu_state(node_id, msg.get("gpu_state"), timezone.now())  # MIG, foreign processes (design §1)
         Node.objects.filter(pk=node_id).update(last_heartbeat_at=timezone.now(),
                                                enforcement_backend=str(msg.get("edge_backend", ""))[:32])
         if node.state in (NodeState.REGISTERED, NodeState.OFFLINE) and node_lifecycle.can(node, NodeState.ONLINE):
@@ -338,12 +341,17 @@ def record_heartbeats(seen: list[HeartbeatSeen]) -> list[HeartbeatSeen]:
             utils = {(h.node_id, int(j["job_id"])): job_gpu_util(j) for h in beats for j in h.msg["jobs"]}
             record_activity({j: (steps[(n, j)], utils.get((n, j)), newest[n].received_at) for n, j in mine})
         _sample_egress([h for h in beats if rows[h.node_id][3]], {pk: r[3] for pk, r in rows.items()})
-        observe_heartbeats([(h.node_id, h.msg.get("gpu_util")) for h in beats],
+        sample_class_bytes(beats, {pk: r[3] for pk, r in rows.items()})  # bytes per class (design §4)
+        # The utilisation proxy for owner use, for agents that do not report their GPUs' processes (design §12).
+        observe_heartbeats([(h.node_id, h.msg.get("gpu_util")) for h in beats if "gpu_state" not in h.msg],
                            {pk for pk, r in rows.items() if r[2] == NodeState.ONLINE})
         # The node rows last: their locks are held only until the commit right after (a reclaim locks a node row).
         # One time for the batch: the earliest receipt in it (at most FLUSH_S before the others).
         Node.objects.filter(pk__in=[h.node_id for h in beats]).update(
             last_heartbeat_at=min(h.received_at for h in beats))
+        # Processes on lent GPUs that are no borrowed job's (design §1 "Owner activity and MIG"): after the node
+        # rows, so that its GPU rows are locked after them, in the order a hello locks them.
+        observe_gpu_state([(h.node_id, h.msg.get("gpu_state"), h.received_at) for h in beats])
         offline = [h.node_id for h in beats if rows[h.node_id][2] == NodeState.OFFLINE]
         for node in Node.objects.filter(pk__in=offline, state=NodeState.OFFLINE):  # rare: a node coming back
             node_lifecycle.come_online(node)
@@ -386,6 +394,8 @@ def checkpoint_done(node_id: int, msg: CheckpointDone) -> None:
             cuda_version=str(compat.get("cuda_version", ""))[:16],
             framework=str(compat.get("framework", ""))[:64],
             framework_version=str(compat.get("framework_version", ""))[:32],
+            # design §2 "Asynchronous snapshots" (validated by the protocol; absent from older agents)
+            stall_s=msg.get("stall_s"), write_s=msg.get("write_s"), mode=msg.get("mode", ""),
         )
     # Raised only: a heartbeat may already have reported a later step of the same run (design §9.9).
     Job.objects.filter(pk=job.pk, progress_step__lt=msg["step"]).update(progress_step=msg["step"])
@@ -473,6 +483,10 @@ def transfer_sent(node_id: int, msg: TransferSent) -> None:
     Transfer.objects.filter(pk=transfer.pk).update(attempts=msg["attempts"], sender_elapsed_s=msg["elapsed_s"],
                                                    errors=(transfer.errors or []) + errors)
     if msg["ok"]:
+        # The checkpoint's transfer time (design §2 "Asynchronous snapshots": P1 never plans an interval shorter
+        # than it): its first successful copy's, the sender's elapsed time at the rate P3 gave it.
+        Checkpoint.objects.filter(pk=transfer.checkpoint_id, transfer_s__isnull=True).update(
+            transfer_s=float(msg["elapsed_s"]))
         return
     updated = lifecycle.finish_transfer(transfer.pk, TransferState.FAILED)
     if updated and transfer.migration_id is not None:

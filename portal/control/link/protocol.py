@@ -15,6 +15,9 @@ import math
 import re
 from typing import Any, Literal, NotRequired, TypedDict
 
+from portal.control.link.class_bytes import ClassBytesError, check_class_bytes
+from portal.control.link.gpu_state import GpuStateError, check_gpu_state
+
 MAX_MESSAGE_BYTES = 64 * 1024
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -57,6 +60,7 @@ class Hello(TypedDict):
     checkpoints: NotRequired[list[HeldCheckpoint]]  # what it holds now (its own and replicas), sequence + sha256
     checkpoints_truncated: NotRequired[bool]  # more than MAX_HELD_CHECKPOINTS: the list is not the whole truth
     ended_jobs: NotRequired[list[dict[str, Any]]]  # a restarted agent: {job_id, step, t} its predecessor's jobs got to
+    gpu_state: NotRequired[list[dict[str, Any]]]  # MIG + foreign processes per GPU (link/gpu_state.py, design §1)
 
 
 class Heartbeat(TypedDict):
@@ -65,6 +69,8 @@ class Heartbeat(TypedDict):
     gpu_util: list[float]
     egress: dict[str, Any]
     jobs: list[JobStep]
+    gpu_state: NotRequired[list[dict[str, Any]]]  # MIG + foreign processes per GPU (link/gpu_state.py, design §1)
+    class_bytes: NotRequired[dict[str, Any]]  # bytes per traffic class per link (link/class_bytes.py, design §4)
 
 
 class CheckpointDone(TypedDict):
@@ -77,6 +83,11 @@ class CheckpointDone(TypedDict):
     taken_at: float
     final: bool
     compat: dict[str, str]
+    # design §2 "Asynchronous snapshots" (optional, older agents omit them): the job's pause for this checkpoint,
+    # the time to serialise + write + hash it, and whether it was an asynchronous snapshot
+    stall_s: NotRequired[float]
+    write_s: NotRequired[float]
+    mode: NotRequired[Literal["sync", "async"]]
 
 
 class TransferReceived(TypedDict):
@@ -180,6 +191,10 @@ class StartJob(TypedDict):
     upload_with_checkpoints: NotRequired[bool]
     # The fair queue (design §16.6): RECLAIMNET_ARRAY_ID and RECLAIMNET_ARRAY_INDEX for an array's task.
     env: NotRequired[dict[str, str]]
+    # Confined jobs (design §19): the job's memory limit and CPU quota. Not sent yet (the Job has no such fields):
+    # the agent then applies its own per-GPU defaults (memory_bytes_per_gpu, cpu_cores_per_gpu).
+    memory_bytes: NotRequired[int]
+    cpu_cores: NotRequired[float]
 
 
 class Welcome(TypedDict):
@@ -246,6 +261,19 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 MAX_LIST_ITEMS = 256
 MAX_INT = 2**63 - 1  # PostgreSQL bigint: a larger number would fail in the handler, not be refused here
+MAX_CKPT_SECONDS = 7 * 86400.0  # a checkpoint's stall/write/transfer time above a week is not a measurement
+CKPT_MODES = ("sync", "async")
+
+
+def _check_seconds(kind: str, msg: dict[str, Any], names: tuple[str, ...]) -> None:
+    """Optional durations (design §2 "Asynchronous snapshots"): finite numbers in [0, MAX_CKPT_SECONDS]."""
+    for name in names:
+        if name not in msg:
+            continue
+        value = msg[name]
+        if (not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+                or not 0 <= value <= MAX_CKPT_SECONDS):
+            raise ProtocolError(f"{kind}.{name}: not a finite number of seconds from 0 to {MAX_CKPT_SECONDS:.0f}")
 
 
 def _check_job_steps(items: list[Any]) -> None:
@@ -357,6 +385,22 @@ def validate(msg: dict[str, Any]) -> str:
         raise ProtocolError("checkpoint_done.sequence: must be >= 1")
     if kind == "checkpoint_done" and not 0 <= msg["taken_at"] < 2**33:
         raise ProtocolError("checkpoint_done.taken_at: not a plausible unix time")
+    if kind == "checkpoint_done":
+        _check_seconds(kind, msg, ("stall_s", "write_s"))
+        if "mode" in msg and msg["mode"] not in CKPT_MODES:
+            raise ProtocolError("checkpoint_done.mode: one of sync, async")
+    if kind == "transfer_sent":
+        _check_seconds(kind, msg, ("elapsed_s",))
     if kind == "hello" and not 0 < msg["data_port"] < 65536:
         raise ProtocolError("hello.data_port: out of range")
+    if kind == "heartbeat" and "class_bytes" in msg:  # design §4 "Calibrated reserve": bytes per traffic class
+        try:
+            check_class_bytes(kind, msg["class_bytes"])
+        except ClassBytesError as exc:
+            raise ProtocolError(str(exc)) from None
+    if kind in ("hello", "heartbeat") and "gpu_state" in msg:  # design §1 "Owner activity and MIG"
+        try:
+            check_gpu_state(kind, msg["gpu_state"])
+        except GpuStateError as exc:
+            raise ProtocolError(str(exc)) from None
     return kind

@@ -23,6 +23,7 @@ from django.conf import settings
 from portal.control.loop.housekeeping import housekeeping
 from portal.control.loop.reconcile import reconcile
 from portal.control.loop.ticks import TickContext, control_tick
+from portal.control.reserve import calibrate_reserves
 from portal.core import idempotency, outbox
 from portal.notify.dispatch import periodic as notify_periodic  # beat's notify tasks (design §12)
 
@@ -57,11 +58,19 @@ def _relay_batch() -> int:
     return sent
 
 
+_calibrated_at = -float("inf")
+
+
 def _prune() -> None:
-    """Rows sent a day ago, expired idempotency keys; bandwidth samples rolled up, old decision logs."""
+    """Rows sent a day ago, expired idempotency keys; bandwidth samples rolled up, old decision logs; the
+    research reserves calibrated once a period (beat's daily task in production, design §4)."""
+    global _calibrated_at
     outbox.prune_sent()
     idempotency.prune_expired()
     housekeeping()
+    if time.monotonic() - _calibrated_at > float(settings.CELERY_BEAT_SCHEDULE["control-calibrate-reserves"]["schedule"]):
+        calibrate_reserves()
+        _calibrated_at = time.monotonic()
 
 
 async def _relay_loop() -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Q, Sum
+from django.db.models import OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from portal.control.config import rn
@@ -49,6 +49,7 @@ from portal.control.reclaim.workflow import (
     start_on,
     to_waiting,
 )
+from portal.control.reserve import research_use_by_link, reserve_min_by_link
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.core import campus as campus_model
 from portal.core import events, outbox
@@ -77,6 +78,7 @@ from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S
 from portal.queue import placement as queue_placement
 from scheduler.p1 import P1Jobs, plan_checkpoints
 from scheduler.p2 import select_destination, survival
+from scheduler.reserve import borrowable_reserve_bytes_per_s
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +147,33 @@ def _hazard_now(node_ids: list[int], hour: int) -> dict[int, float]:
     return dict(zip(node_ids, hazard_upper_by_hour(node_ids, hour=hour).tolist(), strict=True))
 
 
+def _newest_async_stall_s() -> Subquery:
+    """An annotation: the stall of the job's newest completed asynchronous checkpoint (NULL: it checkpoints
+    synchronously, or reported no stall — an older agent), design §2 "Asynchronous snapshots"."""
+    return Subquery(Checkpoint.objects.filter(job=OuterRef("job_id"), completed_at__isnull=False, mode="async",
+                                              stall_s__isnull=False).order_by("-sequence").values("stall_s")[:1])
+
+
+def _newest_transfer_s() -> Subquery:
+    """An annotation: how long the copy of the job's newest copied checkpoint took (NULL before any)."""
+    return Subquery(Checkpoint.objects.filter(job=OuterRef("job_id"), transfer_s__isnull=False)
+                    .order_by("-sequence").values("transfer_s")[:1])
+
+
+def _borrowable_reserve(nodes: np.ndarray, link_of: dict[int, int | None], capacity: np.ndarray) -> np.ndarray:
+    """Per node, the part of its access link's research reserve that research leaves idle now (design §4
+    "Work-conserving reserve"): the agent's HTB ceil lets checkpoints use it, so P1 plans with it. 0 where the
+    link's research use is not measured (no recent class sample). Two statements."""
+    links = [link_of.get(int(n)) for n in nodes]
+    known = sorted({pk for pk in links if pk is not None})
+    use = research_use_by_link(known)
+    stored = dict(zip(known, reserve_min_by_link(known).tolist(), strict=True))
+    fraction = rn("RESERVE_FRACTION")
+    reserve = np.array([max(fraction * c, stored.get(pk, 0.0)) for pk, c in zip(links, capacity, strict=True)])
+    research = np.array([use.get(pk, np.nan) if pk is not None else np.nan for pk in links])
+    return np.asarray(borrowable_reserve_bytes_per_s(reserve, research), dtype=float)
+
+
 def p1_tick(now: dt.datetime | None = None) -> int:
     """P1 for every running job at once (design §2): each source node's checkpoint budget is split among its
     jobs by the cube-root rule (``plan_checkpoints`` with one group per node), and intervals that moved by more
@@ -156,10 +185,12 @@ def p1_tick(now: dt.datetime | None = None) -> int:
     what migrations leave, design §4).
     """
     rows = list(Placement.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING).order_by()
-                .annotate(newest_bytes=newest_checkpoint_bytes("job_id"))
+                .annotate(newest_bytes=newest_checkpoint_bytes("job_id"), stall_s=_newest_async_stall_s(),
+                          transfer_s=_newest_transfer_s())
                 .values_list("job_id", "node_id", "job__restart_s", "job__loss_budget_s",
                              "job__checkpoint_interval_s", "node__access_link__capacity_bytes_per_s",
-                             "newest_bytes", "job__ckpt_bytes_estimate", "node__provider_id"))
+                             "newest_bytes", "job__ckpt_bytes_estimate", "node__provider_id",
+                             "stall_s", "transfer_s", "job__loss_budget_mode", "node__access_link_id"))
     if not rows:
         return 0
     job_ids = [r[0] for r in rows]
@@ -172,12 +203,20 @@ def p1_tick(now: dt.datetime | None = None) -> int:
     capacity = np.array([capacity_of[int(n)] for n in nodes])
     budget = np.maximum(0.01 * capacity, rn("CHECKPOINT_BUDGET_FRACTION") * capacity
                         - np.array([leaving.get(int(n), 0.0) for n in nodes]))
+    budget = budget + _borrowable_reserve(nodes, {r[1]: r[12] for r in rows}, capacity)  # design §4 work-conserving
     hour = timezone.localtime(now or timezone.now()).hour
     hazard_of_node = hazard_upper_by_hour(nodes.tolist(), {r[1]: r[8] for r in rows}, hour=hour)
     p1_jobs = P1Jobs.build(
         ids=tuple(str(j) for j in job_ids), hazard_per_s=hazard_of_node[group],
         ckpt_bytes=np.array([float(r[6] if r[6] is not None else r[7]) for r in rows]),
         loss_budget_s=np.array([r[3] or np.inf for r in rows]), restart_s=np.array([r[2] for r in rows]),
+        # design §2 "Asynchronous snapshots": None when no job snapshots (the synchronous plan, bit for bit)
+        stall_s=np.array([np.nan if r[9] is None else r[9] for r in rows]) if any(r[9] is not None for r in rows)
+        else None,
+        transfer_s=np.array([np.nan if r[10] is None else r[10] for r in rows]),
+        # design §2 "Loss budget modes": None when every job is "expected" (Eq. 9, bit for bit)
+        loss_budget_mode=np.array([r[11] for r in rows], dtype=object) if any(r[11] == "bound" for r in rows)
+        else None,
     )
     plan = plan_checkpoints(p1_jobs, budget, rn("BETA"), group=group,
                             min_interval_s=rn("MIN_CHECKPOINT_INTERVAL_S"))
@@ -205,7 +244,8 @@ def p1_tick(now: dt.datetime | None = None) -> int:
                 "min_interval_s": rn("MIN_CHECKPOINT_INTERVAL_S"),
                 "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard_of_node[g]),
                           "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]), "loss_budget_s": rows[i][3],
-                          "restart_s": rows[i][2]} for i in node_jobs]},
+                          "restart_s": rows[i][2], "stall_s": rows[i][9], "transfer_s": rows[i][10]}
+                         for i in node_jobs]},
                 response={"jobs": [{"id": job_ids[i], "bandwidth_bytes_per_s": float(plan.bandwidth_bytes_per_s[i]),
                                     "interval_s": float(plan.interval_s[i]),
                                     "loss_budget_at_risk": bool(plan.loss_budget_at_risk[i])} for i in node_jobs]}))

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from portal.control.config import rn
 from portal.control.models import MigrationPhase, MigrationWork
+from portal.control.reserve import reserve_min_by_link
 from portal.control.state import build_p2, p2_view
 from portal.core import campus as campus_model
 from portal.core.campus import Campus, checkpoint_size_bytes, freshest_replica
@@ -219,9 +220,11 @@ def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = No
         paths.append(campus.path_links(mig.source_id, mig.destination_id))
     flows = P3Flows(ids=tuple(ids), bytes=np.array(sizes_b), notice_s=np.array(notices),
                     restart_s=np.array(restarts), cap_bytes_per_s=np.full(len(ids), np.inf))
+    # design §4 "Calibrated reserve": each link's stored B_min (calibrated or an admin's), else the setting
+    link_reserve_min = reserve_min_by_link(campus.link_pks)
     decision = admit_flows_on_paths(flows, campus.link_available_bytes_per_s, paths,
                                     reserve_fraction=rn("RESERVE_FRACTION"),
-                                    reserve_min_bytes_per_s=rn("RESERVE_MIN_BYTES_PER_S"))
+                                    reserve_min_bytes_per_s=link_reserve_min)
     n = len(chosen)
     replanned: list[tuple[int, float | None, float]] = []
     kept: list[dict[str, Any]] = []
@@ -233,8 +236,8 @@ def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = No
         rate = max(float(decision.rate_bytes_per_s[k]), float(decision.min_rate_bytes_per_s[k]))  # Theorem 3
         if old is None or abs(rate - old) > 1e-6 * max(rate, old):
             replanned.append((mig.pk, old, rate))
-    p3_request = {"links": [{"id": pk, "bytes_per_s": float(b)} for pk, b in
-                            zip(campus.link_pks, campus.link_available_bytes_per_s, strict=True)],
+    p3_request = {"links": [{"id": pk, "bytes_per_s": float(b), "reserve_min_bytes_per_s": float(r)} for pk, b, r in
+                            zip(campus.link_pks, campus.link_available_bytes_per_s, link_reserve_min, strict=True)],
                   "reserve_fraction": rn("RESERVE_FRACTION"), "reserve_min_bytes_per_s": rn("RESERVE_MIN_BYTES_PER_S"),
                   "flows": [{"id": i, "bytes": s, "notice_s": t, "restart_s": r, "links": [int(x) for x in p]}
                             for i, s, t, r, p in zip(ids, sizes_b, notices, restarts, paths, strict=True)]}

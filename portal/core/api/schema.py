@@ -113,7 +113,13 @@ class ReclaimNetAutoSchema(AutoSchema):
         return isinstance(self.view, ObtainAuthToken) and bool(getattr(settings, "AXES_ENABLED", False))
 
     def _needs_manage_rights(self) -> bool:
-        return getattr(self.view, "action", None) in getattr(self.view, "manage_actions", ())
+        return getattr(self.view, "action", None) in getattr(self.view, "manage_actions", ()) \
+            or self._checks_a_role()
+
+    def _checks_a_role(self) -> bool:
+        """A view for one role only (``reads_need_role = True``: staff's what-if evaluations): a signed-in caller
+        of another role is refused its reads too."""
+        return bool(getattr(self.view, "reads_need_role", False))
 
     # --- parameters ----------------------------------------------------------------------------------------------
 

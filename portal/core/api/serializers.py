@@ -28,6 +28,8 @@ from portal.core.models import (
     ResearchGroup,
     Switch,
 )
+from portal.core.models.jobs import LossBudgetMode
+from portal.core.models.nodes import OwnerUsePolicy
 from portal.core.services import explain
 from portal.core.services._validate import NAME_RE
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
@@ -128,7 +130,9 @@ class ReclaimListQuerySerializer(serializers.Serializer):
 class GpuSerializer(serializers.ModelSerializer):
     class Meta:
         model = Gpu
-        fields = ["index", "model", "vram_gb", "compute_capability", "driver_version", "cuda_version", "uuid"]
+        fields = ["index", "model", "vram_gb", "compute_capability", "driver_version", "cuda_version", "uuid",
+                  # as the agent last reported (design §1 "Owner activity and MIG"); the PIDs stay on the lab's page
+                  "mig_mode", "mig_instances", "foreign_process_count", "foreign_memory_bytes", "activity_at"]
 
 
 class GpuDeclarationSerializer(serializers.Serializer):
@@ -187,6 +191,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "id", "name", "provider", "provider_name", "building", "building_name", "state", "gpus",
             "gpu_floor", "lendable_gpu_count", "lending_windows", "access_link_bytes_per_s", "killswitch_engaged",
             "enforcement_backend", "last_heartbeat_at", "agent_token_prefix", "agent_token_revoked", "created_at",
+            "owner_use_policy",
         ]
         read_only_fields = fields
 
@@ -228,6 +233,9 @@ class NodeUpdateSerializer(serializers.Serializer):
     name = StrictCharField(max_length=100, required=False, help_text=NAME_HELP)
     gpu_floor = StrictIntegerField(min_value=0, max_value=MAX_GPUS_PER_NODE, required=False)
     access_link_bytes_per_s = FiniteFloatField(min_value=1.0, max_value=MAX_LINK_BYTES_PER_S, required=False)
+    owner_use_policy = serializers.ChoiceField(
+        choices=OwnerUsePolicy.choices, required=False,
+        help_text="When the lab's own processes use a lent GPU: ignore, notify the lab, or reclaim the node.")
 
     def validate_name(self, value: str) -> str:
         if not NAME_RE.match(value):
@@ -283,7 +291,7 @@ class ReclaimEventSerializer(serializers.ModelSerializer):
         model = ReclaimEvent
         fields = [
             "id", "node", "node_name", "requested_by", "kind", "notice_s", "requested_at", "deadline_at",
-            "finished_at", "outcome", "outcome_detail",
+            "finished_at", "outcome", "outcome_detail", "reason",
         ]
         read_only_fields = fields
 
@@ -337,7 +345,7 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "owner", "group", "group_name", "command", "image", "gpu_count", "vram_gb_per_gpu",
             "min_capability", "framework", "expected_runtime_s", "ckpt_bytes_estimate", "loss_budget_s",
-            "restart_s", "priority_class", "state", "failure_reason", "submitted_at", "started_at", "finished_at",
+            "loss_budget_mode", "restart_s", "priority_class", "state", "failure_reason", "submitted_at", "started_at", "finished_at",
             "progress_step", "work_done_s", "checkpoint_interval_s", "checkpoint_bandwidth_bytes_per_s",
             "loss_budget_at_risk", "node", "output_dir", "upload_with_checkpoints",
         ]
@@ -466,6 +474,11 @@ class JobSubmitSerializer(serializers.Serializer):
     ckpt_bytes_estimate = StrictIntegerField(min_value=1, max_value=MAX_CKPT_BYTES)
     loss_budget_s = FiniteFloatField(min_value=1.0, max_value=MAX_RUNTIME_S, required=False, allow_null=True,
                                      default=None)
+    loss_budget_mode = serializers.ChoiceField(
+        choices=LossBudgetMode.choices, default=LossBudgetMode.EXPECTED, help_text=(
+            "How the loss budget is read (design §2): 'expected' — the expected loss per interruption stays within "
+            "loss_budget_s (Eq. 9); 'bound' — no interruption loses more than loss_budget_s unless its notice makes "
+            "that impossible (checkpoints are planned closer together)."))
     restart_s = FiniteFloatField(min_value=0.0, max_value=24 * 3600.0, default=30.0)
     priority_class = serializers.ChoiceField(choices=PriorityClass.choices, default=PriorityClass.STANDARD)
     output_dir = StrictCharField(max_length=500, required=False, allow_blank=True, default="", help_text=(

@@ -26,6 +26,7 @@ from portal.core.api.views_jobs import JobViewSet
 from portal.core.api.views_ladder import LadderView
 from portal.core.api.views_nodes import NodeViewSet
 from portal.core.api.views_output import JobOutputView
+from portal.core.api.views_reserve import LinkReserveView
 from portal.core.api.views_results import (
     JobCheckpointView,
     JobResultFileView,
@@ -79,6 +80,8 @@ urlpatterns = [
     path("agent/jobs/<int:job_id>/results/<str:kind>/<path:file_path>", agent_upload_view,
          name="api-agent-results-upload"),
     path("notify/", include("portal.notify.api_urls")),  # mail and webhooks (design §12)
+    path("campus/links/<int:id>/reserve/", LinkReserveView.as_view(), name="api-link-reserve"),  # design §4
+    path("whatif/", include("portal.whatif.api_urls")),  # what-if evaluations (design §7)
     path("", include(router.urls)),
     # Last: any other path ending in "/" (an id the router's pattern refuses, an unknown route) answers JSON.
     re_path(r"^.*/$", ApiNotFoundView.as_view(), name="api-not-found"),

@@ -8,6 +8,7 @@ from portal.core.models.nodes import Gpu, LendingWindow, Node
 from portal.core.models.outbox import IdempotencyKey, OutboxMessage
 from portal.core.models.output import JobOutput, JobOutputChunk
 from portal.core.models.reclaims import Migration, MigrationMode, ReclaimEvent, ReclaimKind, ReclaimOutcome
+from portal.core.models.reserve import LinkClassSample, LinkReserve, LinkScope, ReserveSource
 from portal.core.models.results import GroupResultsCap, JobResultFile, JobResults, ResultKind, ResultsState
 from portal.core.models.telemetry import (
     BandwidthSample,
@@ -35,7 +36,10 @@ __all__ = [
     "JobResults",
     "LendingWindow",
     "Link",
+    "LinkClassSample",
     "LinkEstimate",
+    "LinkReserve",
+    "LinkScope",
     "Migration",
     "MigrationMode",
     "Node",
@@ -48,6 +52,7 @@ __all__ = [
     "ReclaimKind",
     "ReclaimOutcome",
     "ResearchGroup",
+    "ReserveSource",
     "ResultKind",
     "ResultsState",
     "Switch",

@@ -19,6 +19,13 @@ class PriorityClass(models.TextChoices):
     BEST_EFFORT = "best_effort", "best effort"
 
 
+class LossBudgetMode(models.TextChoices):
+    """How P1 reads a job's loss budget L_max (design §2 "Loss budget modes")."""
+
+    EXPECTED = "expected", "expected loss ≤ L_max (Eq. 9)"
+    BOUND = "bound", "no interruption loses more than L_max"
+
+
 class Job(models.Model):
     name = models.CharField(max_length=120)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
@@ -32,6 +39,9 @@ class Job(models.Model):
     expected_runtime_s = models.FloatField(validators=[MinValueValidator(1)])
     ckpt_bytes_estimate = models.BigIntegerField(validators=[MinValueValidator(1)])
     loss_budget_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(1)])
+    # design §2 "Loss budget modes": "expected" (Eq. 9) or "bound" (no interruption loses more than L_max)
+    loss_budget_mode = models.CharField(max_length=8, choices=LossBudgetMode.choices, default=LossBudgetMode.EXPECTED,
+                                        db_default=LossBudgetMode.EXPECTED)
     restart_s = models.FloatField(
         default=30.0, validators=[MinValueValidator(0)], help_text="T_r: seconds to restart from a checkpoint"
     )
@@ -106,6 +116,13 @@ class Checkpoint(models.Model):
     cuda_version = models.CharField(max_length=16, blank=True, default="")
     framework = models.CharField(max_length=64, blank=True, default="")
     framework_version = models.CharField(max_length=32, blank=True, default="")
+    # design §2 "Asynchronous snapshots": what the job paused for (the cost P1 plans with for an asynchronous
+    # job), the time to write it, how it was taken ("" = not reported: an older agent, read as sync), and the
+    # time its first copy to a replica took (the sender's elapsed time; the interval is never shorter)
+    stall_s = models.FloatField(null=True, blank=True)
+    write_s = models.FloatField(null=True, blank=True)
+    mode = models.CharField(max_length=8, blank=True, default="")
+    transfer_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "sequence"]

@@ -24,6 +24,14 @@ def new_agent_token() -> str:
     return "rna_" + secrets.token_urlsafe(32)
 
 
+class OwnerUsePolicy(models.TextChoices):
+    """What the portal does when a lent GPU is used by its lab (design §1 "Owner activity and MIG")."""
+
+    IGNORE = "ignore", "ignore it"
+    NOTIFY = "notify", "tell the provider"
+    RECLAIM = "reclaim", "take the node back (a reclaim with notice)"
+
+
 class Node(models.Model):
     name = models.CharField(max_length=100, unique=True)
     provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="nodes")
@@ -38,6 +46,10 @@ class Node(models.Model):
     enforcement_backend = models.CharField(max_length=32, blank=True, default="")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Owner activity (design §1 "Owner activity and MIG"): the provider's choice, and how many heartbeats in a row
+    # have shown foreign processes on its lent GPUs (the portal acts once, when the streak reaches its threshold).
+    owner_use_policy = models.CharField(max_length=8, choices=OwnerUsePolicy.choices, default=OwnerUsePolicy.NOTIFY)
+    owner_use_streak = models.PositiveIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -78,6 +90,14 @@ class Gpu(models.Model):
     compute_capability = models.DecimalField(max_digits=4, decimal_places=1)
     driver_version = models.CharField(max_length=32, blank=True, default="")
     cuda_version = models.CharField(max_length=16, blank=True, default="")
+    # As the agent last reported (design §1 "Owner activity and MIG"): MIG mode ("" = no MIG), its instances
+    # [{uuid, memory_bytes}], and the processes on the GPU that are none of the agent's jobs'.
+    mig_mode = models.CharField(max_length=8, blank=True, default="", editable=False)
+    mig_instances = models.JSONField(default=list, blank=True, editable=False)
+    foreign_process_count = models.PositiveIntegerField(default=0, editable=False)
+    foreign_memory_bytes = models.BigIntegerField(default=0, validators=[MinValueValidator(0)], editable=False)
+    foreign_pids = models.JSONField(default=list, blank=True, editable=False)
+    activity_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["node", "index"]

@@ -40,6 +40,7 @@ class ReclaimEvent(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=ReclaimOutcome.choices, default=ReclaimOutcome.PENDING)
     outcome_detail = models.CharField(max_length=500, blank=True, default="")
+    reason = models.CharField(max_length=64, blank=True, default="")  # why, when not a person's click ("owner use")
 
     class Meta:
         ordering = ["-requested_at", "-id"]

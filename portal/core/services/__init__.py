@@ -24,7 +24,7 @@ Conventions for every function below:
         ``{"model", "vram_gb"?, "compute_capability"?, "driver_version"?, "cuda_version"?, "uuid"?}``; model
         from ``gpu_catalogue``, missing VRAM/capability from its defaults) and its access link to the building
         switch. Returns the node and the raw one-time agent token (only its SHA-256 is stored).
-    update_node(node, actor, *, name=..., gpu_floor=..., access_link_bytes_per_s=...) -> Node
+    update_node(node, actor, *, name=..., gpu_floor=..., access_link_bytes_per_s=..., owner_use_policy=...) -> Node
     set_lending_windows(node, actor, windows) -> list[LendingWindow]
         Replaces all windows (``[{"weekday": 0-6, "start_time": time, "end_time": time}]``); [] = always lent.
     rotate_agent_token(node, actor) -> str           new raw token; the old one stops working at once.
@@ -35,7 +35,7 @@ Conventions for every function below:
     retire_node(node, actor) -> Node
 
 ``portal.core.services.reclaims`` (design §1 reclaim kinds, warn -> drain -> force)
-    request_reclaim(node, actor, notice_s, *, killswitch=False) -> ReclaimEvent
+    request_reclaim(node, actor, notice_s, *, killswitch=False, reason="") -> ReclaimEvent
         notice_s > 0: scheduled (online node -> draining; a node with nothing to drain -> reclaimed);
         notice_s == 0: emergency (-> reclaimed); killswitch=True: kill-switch (-> reclaimed and
         ``Node.killswitch_engaged = True``; allowed on an already reclaimed node, which only engages the flag).

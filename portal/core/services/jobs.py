@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Count, Min
 from django.utils import timezone
@@ -15,7 +15,8 @@ from portal.core import outbox, permissions
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import Gpu, Job, PriorityClass, ResearchGroup
-from portal.core.services._validate import fail, fail_fields, integer, number, text
+from portal.core.models.jobs import LossBudgetMode
+from portal.core.services._validate import fail, integer, number, text
 from portal.core.services.audit import audit
 from portal.core.services.results import clean_output_dir
 
@@ -44,6 +45,7 @@ def submit_job(
     min_capability: Decimal | float | str = 0,
     framework: str = "",
     loss_budget_s: float | None = None,
+    loss_budget_mode: str = "expected",
     restart_s: float = 30.0,
     priority_class: str = PriorityClass.STANDARD,
     output_dir: str = "",
@@ -78,11 +80,22 @@ def submit_job(
     budget = None if loss_budget_s is None else number("loss_budget_s", loss_budget_s, minimum=1,
                                                        maximum=MAX_RUNTIME_S)
     restart = number("restart_s", restart_s, minimum=0, maximum=24 * 3600.0)
+    if loss_budget_mode not in LossBudgetMode.values:  # design §2 "Loss budget modes"
+        fail("loss_budget_mode", f"Choose one of {', '.join(LossBudgetMode.values)}.")
+    if loss_budget_mode == LossBudgetMode.BOUND and budget is None:
+        fail("loss_budget_s", "A bound loss budget needs the budget: the most seconds an interruption may lose.")
     if priority_class not in PriorityClass.values:
         fail("priority_class", f"Choose one of {', '.join(PriorityClass.values)}.")
+    # The ladder's rules and what no node of the campus could ever run, together: every refused field named at
+    # once, with each reason that applies to it (the class's limit first, then the campus's).
+    errors: dict[str, list[str]] = {}
     for rule in SUBMIT_RULES:
-        fail_fields(rule({"priority_class": priority_class, "gpu_count": gpu_count, "group": group}))
-    fail_fields(campus_misfit(gpu_count, vram, capability))
+        for field, message in rule({"priority_class": priority_class, "gpu_count": gpu_count, "group": group}).items():
+            errors.setdefault(field, []).append(message)
+    for field, message in campus_misfit(gpu_count, vram, capability).items():
+        errors.setdefault(field, []).append(message)
+    if errors:
+        raise ValidationError(errors)
     output_dir = clean_output_dir(output_dir)  # design §14: relative, inside the job's working directory
     if not isinstance(upload_with_checkpoints, bool):
         fail("upload_with_checkpoints", "true or false is required.")
@@ -96,6 +109,7 @@ def submit_job(
             name=name, owner=owner, group=group, command=command, image=image, gpu_count=gpu_count,
             vram_gb_per_gpu=vram, min_capability=capability, framework=framework, expected_runtime_s=runtime,
             ckpt_bytes_estimate=ckpt, loss_budget_s=budget, restart_s=restart, priority_class=priority_class,
+            loss_budget_mode=loss_budget_mode,
             output_dir=output_dir, upload_with_checkpoints=upload_with_checkpoints,
         )
         audit(actor, "job.submit", job, group=group.slug, gpus=gpu_count)

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from portal.core import outbox, permissions
 from portal.core.lifecycle import nodes as node_lifecycle
 from portal.core.models import Building, Gpu, LendingWindow, Link, Node, Provider, Switch
-from portal.core.models.nodes import hash_agent_token, new_agent_token
+from portal.core.models.nodes import OwnerUsePolicy, hash_agent_token, new_agent_token
 from portal.core.services._validate import NAME_RE, fail, integer, number, text
 from portal.core.services.audit import audit
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
@@ -142,9 +142,10 @@ def _create_node(actor: Any, provider: Provider, building: Building, name: str, 
 
 
 def update_node(node: Node, actor: Any, **changes: Any) -> Node:
-    """Change ``name``, ``gpu_floor`` or ``access_link_bytes_per_s`` (the others are agent-reported)."""
+    """Change ``name``, ``gpu_floor``, ``access_link_bytes_per_s`` or ``owner_use_policy`` (``ignore``,
+    ``notify``, ``reclaim``: design §1 "Owner activity and MIG"); the others are agent-reported."""
     _require_node_manager(actor, node)
-    unknown = set(changes) - {"name", "gpu_floor", "access_link_bytes_per_s"}
+    unknown = set(changes) - {"name", "gpu_floor", "access_link_bytes_per_s", "owner_use_policy"}
     if unknown:
         fail(sorted(unknown)[0], "This field cannot be changed here.")
     with transaction.atomic():
@@ -166,6 +167,12 @@ def update_node(node: Node, actor: Any, **changes: Any) -> Node:
         if "gpu_floor" in changes:
             node.gpu_floor = integer("gpu_floor", changes["gpu_floor"], minimum=0, maximum=node.gpus.count())
             fields.append("gpu_floor")
+        if "owner_use_policy" in changes:
+            policy = changes["owner_use_policy"]
+            if policy not in OwnerUsePolicy.values:
+                fail("owner_use_policy", f"One of {', '.join(OwnerUsePolicy.values)}.")
+            node.owner_use_policy = policy
+            fields.append("owner_use_policy")
         if "access_link_bytes_per_s" in changes:
             capacity = number("access_link_bytes_per_s", changes["access_link_bytes_per_s"], minimum=1.0,
                               maximum=MAX_LINK_BYTES_PER_S)

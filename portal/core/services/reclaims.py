@@ -23,7 +23,8 @@ from portal.core.services.audit import audit
 MAX_NOTICE_S = 7 * 24 * 3600.0  # a week: anything longer is not a reclaim but a lending window
 
 
-def request_reclaim(node: Node, actor: Any, notice_s: float, *, killswitch: bool = False) -> ReclaimEvent:
+def request_reclaim(node: Node, actor: Any, notice_s: float, *, killswitch: bool = False,
+                    reason: str = "") -> ReclaimEvent:
     """Take ``node`` back with ``notice_s`` seconds of notice (design §1 reclaim kinds).
 
     1. Validate ``notice_s`` (finite, 0 ≤ notice ≤ a week) and the actor's right to reclaim this node.
@@ -33,6 +34,7 @@ def request_reclaim(node: Node, actor: Any, notice_s: float, *, killswitch: bool
        ``killswitch_engaged``, and on an already reclaimed node only sets that flag.
     4. Create the ReclaimEvent (deadline = now + notice) and the audit row.
     5. Queue ``control.run_reclaim`` in the same transaction (the outbox hands it over after commit).
+    ``reason`` says why when it is not a person's click (``"owner use"``: design §1 "Owner activity and MIG").
     Refused transitions raise ``InvalidTransition`` and change nothing.
     """
     notice_s = number("notice_s", notice_s, minimum=0.0, maximum=MAX_NOTICE_S)
@@ -67,8 +69,10 @@ def request_reclaim(node: Node, actor: Any, notice_s: float, *, killswitch: bool
             kind=kind,
             notice_s=notice_s,
             deadline_at=now + dt.timedelta(seconds=notice_s),
+            reason=str(reason)[:64],
         )
-        audit(actor, f"node.reclaim.{kind}", node, reclaim=event.pk, notice_s=notice_s)
+        audit(actor, f"node.reclaim.{kind}", node, reclaim=event.pk, notice_s=notice_s,
+              **({"reason": str(reason)[:64]} if reason else {}))
         outbox.enqueue(outbox.Task.RUN_RECLAIM, event.pk)
     return event
 

@@ -223,7 +223,8 @@ def _render_node(
         for w in node.lending_windows.all()
     ]
     windows = windows or LendingWindowFormSet(initial=initial_windows, prefix="w")
-    floor_form = floor_form or FloorForm(initial={"gpu_floor": node.gpu_floor})
+    floor_form = floor_form or FloorForm(initial={"gpu_floor": node.gpu_floor,
+                                                  "owner_use_policy": node.owner_use_policy})
     context = {
         "node": node,
         "gpus": node.gpus.all(),
@@ -271,7 +272,9 @@ def node_settings(request: HttpRequest, node_id: int) -> HttpResponse:
         try:
             # Both or neither: a refused window must not leave the new floor saved behind an error page.
             with transaction.atomic():
-                node_services.update_node(node, request.user, gpu_floor=floor_form.cleaned_data["gpu_floor"])
+                node_services.update_node(node, request.user, gpu_floor=floor_form.cleaned_data["gpu_floor"],
+                                          **({"owner_use_policy": floor_form.cleaned_data["owner_use_policy"]}
+                                             if floor_form.cleaned_data.get("owner_use_policy") else {}))
                 node_services.set_lending_windows(node, request.user, windows_from_formset(windows))
         except ValidationError as exc:
             apply_service_errors(floor_form, exc)

@@ -1,0 +1,67 @@
+"""P1 in the portal plans with the rate a job will actually get (design §4 "Work-conserving reserve": the idle part
+of research's reserve is borrowed) and honours the job's loss budget mode (design §2 "Loss budget modes")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from control_helpers import make_node, make_running_job
+from django.utils import timezone
+
+pytestmark = pytest.mark.django_db
+
+
+def _setup() -> tuple[Any, Any]:
+    from portal.core.lifecycle import nodes as node_lifecycle
+
+    node, _ = make_node("wc1")
+    node_lifecycle.come_online(node)
+    node.refresh_from_db()
+    return node, make_running_job(node, ckpt_bytes=2_000_000_000)
+
+
+def _research(node: Any, bytes_per_s: float) -> None:
+    from portal.core.models import LinkClassSample
+
+    LinkClassSample.objects.create(link_id=node.access_link_id, node=node, sampled_at=timezone.now(), interval_s=2.0,
+                                   research_bytes=int(bytes_per_s * 2.0), checkpoint_bytes=0)
+
+
+def _bandwidth(job: Any) -> float:
+    from portal.control.loop.ticks import p1_tick
+    from portal.core.models import Job
+
+    Job.objects.filter(pk=job.pk).update(checkpoint_interval_s=None)
+    p1_tick()
+    return float(Job.objects.get(pk=job.pk).checkpoint_bandwidth_bytes_per_s)
+
+
+def test_idle_research_reserve_is_lent_to_checkpoints_and_taken_back() -> None:
+    node, job = _setup()
+    cap = node.access_link.capacity_bytes_per_s
+    unmeasured = _bandwidth(job)
+    assert unmeasured == pytest.approx(0.3 * cap)  # CHECKPOINT_BUDGET_FRACTION·B, as before
+    _research(node, 0.0)
+    assert _bandwidth(job) == pytest.approx(0.6 * cap)  # + the whole idle reserve β·B
+    _research(node, 0.1 * cap)
+    assert _bandwidth(job) == pytest.approx(0.5 * cap)
+    _research(node, 0.3 * cap)  # research uses its whole reserve: nothing to borrow
+    assert _bandwidth(job) == pytest.approx(0.3 * cap)
+
+
+def test_a_bound_job_is_planned_within_its_budget() -> None:
+    from portal.control.loop.ticks import p1_tick
+    from portal.core.models import Job
+
+    _, job = _setup()
+    Job.objects.filter(pk=job.pk).update(loss_budget_s=600.0, loss_budget_mode="expected")
+    p1_tick()
+    expected = Job.objects.get(pk=job.pk)
+    Job.objects.filter(pk=job.pk).update(loss_budget_mode="bound", checkpoint_interval_s=None)
+    p1_tick()
+    bound = Job.objects.get(pk=job.pk)
+    copy_s = 2_000_000_000 / bound.checkpoint_bandwidth_bytes_per_s
+    assert bound.checkpoint_interval_s + copy_s <= 600.0 * (1 + 1e-9)
+    assert bound.checkpoint_interval_s < expected.checkpoint_interval_s
+    assert not bound.loss_budget_at_risk
