@@ -82,7 +82,7 @@ _NAMED: dict[str, Policy] = {
     # budgets cost from what P1's adaptivity buys
     "static-budget": Policy("static-budget", interval="static-budget", bandwidth_split="equal",
                             destination="first_fit", traffic="tcp"),
-    # the paper's B3 (issue 19): a fixed 10-minute interval, no hazard or bandwidth adaptation, and the same
+    # the paper's B3 (design §21.1): a fixed 10-minute interval, no hazard or bandwidth adaptation, and the same
     # migration machinery as ReclaimNet (P2 destination, P3 traffic, final checkpoint): `fixed:600` by name
     "static-10min": Policy("static-10min", interval="fixed", fixed_interval_s=600.0),
     # not in design §7: ReclaimNet with the research reserve a fixed cap (no HTB borrowing, design §4.2): what

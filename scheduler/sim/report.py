@@ -449,7 +449,7 @@ def pareto_front(points: dict[str, tuple[float, ...]]) -> list[str]:
 
 
 def headline_checks(s: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """Issue 19's targets on one campus from its headline summary `s` (see `evaluate_line`; also
+    """The targets of design §21.3 on one campus from its headline summary `s` (see `evaluate_line`; also
     `violations` {policy: share}, `front` [names], `honouring_best` (name, work lost) of the migrating online
     policies that honour the budgets, `rn_lost`, `nores` (reclaimnet, static work lost with research zeroed and no
     budgets) and `reconv_min`). Every verdict is computed from the numbers: (target, measured + margin, met)."""

@@ -137,7 +137,7 @@ def test_report_ends_with_the_evaluate_line_and_marks_unmet_targets(tmp_path: Pa
         extra={"drift_rows": [{"hazard_per_node_h": 0.99, "median_first_within_10pct_min": 32.5,
                                "mean_within_10pct_from_min": 45}], "campus_hazard_per_s": 0.016 / 3600})
     text = path.read_text()
-    # without the issue 19 headline (tests/sim/test_evaluate_quick.py) the seed-1 summary line ends the report
+    # without the two-campus headline (tests/sim/test_evaluate_quick.py) the seed-1 summary line ends the report
     assert text.rstrip().splitlines()[-1] == ("main campus, seed 1: oracle ratio 1207.50, vs slurm-pr -69%, "
                                                "vs static +38%, success 95.0%, degradation 2.0%")
     verdict = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[-1]
