@@ -22,11 +22,12 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections, connections, transaction
+from django.db import OperationalError, close_old_connections, connections, transaction
 from django.utils import timezone
 
 from portal.core import events, outbox
@@ -97,6 +98,7 @@ def fan_out(payload: dict[str, Any]) -> int:
             outbox.enqueue(DELIVER, pk, 1)
     return len(due)
 
+T = TypeVar("T")
 
 # --- 3. deliver ------------------------------------------------------------------------------------------------
 
@@ -167,15 +169,44 @@ def attempt_delivery(delivery_id: int, attempt: int, *, release_db: bool = False
 
     ``release_db`` (the pool threads): hand this thread's database connection back while waiting on the network,
     so slow receivers never hold connections of the process's pool (design §10) that control tasks need."""
-    claimed = Delivery.objects.filter(pk=delivery_id, attempts=attempt - 1, status__in=[
-        DeliveryStatus.PENDING, DeliveryStatus.RETRYING]).update(attempts=attempt, claimed_at=timezone.now())
-    if not claimed:
+    def claim() -> Delivery | None:
+        with transaction.atomic():
+            claimed = Delivery.objects.filter(pk=delivery_id, attempts=attempt - 1, status__in=[
+                DeliveryStatus.PENDING, DeliveryStatus.RETRYING]).update(attempts=attempt, claimed_at=timezone.now())
+            return Delivery.objects.select_related("webhook").get(pk=delivery_id) if claimed else None
+
+    delivery = _with_connection(claim) if release_db else claim()
+    if delivery is None:
         return "not mine"
-    delivery = Delivery.objects.select_related("webhook").get(pk=delivery_id)
     if release_db:
         connections.close_all()
     code, error, took_ms = _send(delivery, attempt)
+    if release_db:
+        return _with_connection(lambda: _record(delivery, attempt, code, error, took_ms))
     return _record(delivery, attempt, code, error, took_ms)
+
+
+# A pool thread outlives the Celery task that started it, and in a prefork worker Celery's Django fixup closes the
+# process's connection pool before and after every task: a thread that asks for a connection while the pool is
+# being closed, or before its successor is open, is refused. Such a refusal happens before any statement runs, so
+# the step (one transaction) is tried again on a fresh connection.
+_CONNECTION_REFUSALS = ("is closed", "couldn't get a connection")
+CONNECTION_TRIES = 5
+
+
+def _with_connection(step: Callable[[], T]) -> T:
+    """Run ``step`` (one transaction), again on a fresh connection when the pool refused one (up to
+    ``CONNECTION_TRIES`` times, 0.2 s doubling between tries)."""
+    for tries in range(1, CONNECTION_TRIES + 1):
+        try:
+            return step()
+        except OperationalError as exc:
+            if tries == CONNECTION_TRIES or not any(text in str(exc) for text in _CONNECTION_REFUSALS):
+                raise
+            log.info("notify: no database connection (%s); trying again", exc)
+            connections.close_all()
+            time.sleep(0.2 * 2 ** (tries - 1))
+    raise AssertionError("unreachable")
 
 
 def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float]:
@@ -203,15 +234,18 @@ def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float]:
 
 
 def _record(delivery: Delivery, attempt: int, code: int | None, error: str, took_ms: float) -> str:
-    Attempt.objects.create(delivery_id=delivery.pk, number=attempt, status_code=code, error=error,
-                           duration_ms=took_ms)
     if not error:
-        Delivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.SENT, sent_at=timezone.now(),
-                                                       last_status_code=code, last_error="")
+        with transaction.atomic():
+            Attempt.objects.create(delivery_id=delivery.pk, number=attempt, status_code=code, error=error,
+                                   duration_ms=took_ms)
+            Delivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.SENT, sent_at=timezone.now(),
+                                                           last_status_code=code, last_error="")
         return "sent"
     final = attempt >= conf("MAX_ATTEMPTS") or not retryable(code, error) \
         or error.startswith(("webhook disabled", REFUSED))
     with transaction.atomic():
+        Attempt.objects.create(delivery_id=delivery.pk, number=attempt, status_code=code, error=error,
+                               duration_ms=took_ms)
         Delivery.objects.filter(pk=delivery.pk).update(
             status=DeliveryStatus.GAVE_UP if final else DeliveryStatus.RETRYING, last_status_code=code,
             last_error=error)

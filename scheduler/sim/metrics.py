@@ -16,7 +16,7 @@ Definitions (stated in the report too):
   upper bound sets Δ, or (loss_budget_at_risk) its floor C/(βb) lies above it; either way not the hazard.
   Policies that ignore budgets count where they plan past it; the oracle (no periodic checkpoints) never.
 - budget_violations: share of interruptions in which the job lost more progress than its loss budget L_max
-  (issue 19): a policy that ignores budgets is not cheaper, it breaks a promise. Unlike migration_success it
+  (design §21.2): a policy that ignores budgets is not cheaper, it breaks a promise. Unlike migration_success it
   counts every interruption whether or not the job moved.
 """
 

@@ -244,13 +244,13 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
     drift_first = d0.get("median_first_within_10pct_min")
     res_rows = [r for r in x.get("research_rows", []) if r["policy"] == "reclaimnet" and r["research_scale"] < 1]
     checks = [
-        ("ReclaimNet work loss within 5% of the oracle (paper 7.7%; withdrawn by issue 19: see `informed`)",
+        ("ReclaimNet work loss within 5% of the oracle (paper 7.7%; withdrawn, design §21: see `informed`)",
          f"ratio {ratio:.2f} (first-order theory for the median job ≈ {_fmt(x.get('oracle_theory'))}; vs the "
          f"hindsight-rates reference `informed`: {_fmt(x.get('informed_pct'))}%)", ratio <= 1.05),
         ("≥ 66% below slurm-pr", _below(vs_slurm) + (f"; mean over {rn_rep.get('seeds')} campuses "
                                                     f"{rn_rep.get('% below slurm-pr')}% below" if rn_rep else ""),
          vs_slurm >= 66),
-        ("≥ 38% below static Young/Daly (withdrawn by issue 19: the paper's 38% is over Bamboo)", _below(vs_static) + (
+        ("≥ 38% below static Young/Daly (withdrawn, design §21.1: the paper's 38% is over Bamboo)", _below(vs_static) + (
             f"; mean over {rn_rep.get('seeds')} campuses {rn_rep.get('% below static')}% below (negative = above)"
             if rn_rep else "") + (
             f"; against static held to the same loss budgets (`static-budget`): {_below(x['vs_static_budget'])}"
@@ -278,7 +278,7 @@ def write_report(out: Path, *, stats: list, table: list[dict], cols: list[str], 
           f"{d0.get('mean_within_10pct_from_min')} min); " if d0 else "") + f"on the campus {_fmt(reconv_min)} min",
          drift_first is not None and drift_first <= 18),
     ]
-    lines += ["", "## Earlier targets (issue 7; main campus, seed 1) - reported, not asserted", "",
+    lines += ["", "## Earlier targets (the first evaluation; main campus, seed 1) - reported, not asserted", "",
               "The oracle is a strict lower bound (one local-disk write per reclaim that hits it, placement that",
               "dodges most reclaims), so its loss is close to zero. Against Poisson emergencies an online policy",
               "pays at least Lemma 1's sqrt(2λC/B) per unit time while the oracle pays λC/W; the ratio",
@@ -512,7 +512,7 @@ def headline_section(campuses: list[dict[str, Any]]) -> list[str]:
            "per seed (−69 = 69% less); `expected_work_lost_gpu_h` is the expected emergency loss (∫ λ_true · work",
            "at risk) plus stall, without the Poisson noise of the realised loss, and `..._expected_pct` the same",
            "paired change on it (the targets use the realised loss). `budget_violations_pct`: share of interruptions in which the job lost more",
-           "than its loss budget L_max. Targets are issue 19's; a missed target says by how much. The Pareto",
+           "than its loss budget L_max. Targets are design §21's; a missed target says by how much. The Pareto",
            "fronts (pareto.png) are over the online migrating policies: `oracle` and `informed` use hindsight, and",
            "`no-migration` loses little work only because its jobs wait for their own node (days: see its downtime",
            "and utilisation in the main table), which none of the three objectives counts.", ""]

@@ -59,7 +59,7 @@ class GenConfig:
     node_scale: float = 1.0  # fraction of the 54-node mix (small traces for tests)
 
 
-# The paper-hazard campus (issue 19): the count-faithful campus's statistics, but lending windows and owner periods
+# The paper-hazard campus (design §21.3): the count-faithful campus's statistics, but lending windows and owner periods
 # this many times shorter (the lent share is unchanged) and as many times the departures per day, so the emergency
 # hazard per lent node in its lent hours is ≈ 1/h (0.0164/h x 61 measured on seed 1: ≈ 1.0/h), which is what the
 # paper's 10-minute static interval and 18-minute re-convergence imply. It may be shorter than the 60-day campus.
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=312)
     ap.add_argument("--node-scale", type=float, default=1.0)
     ap.add_argument("--paper-hazard", action="store_true",
-                    help="the paper-hazard campus of issue 19 (≈ 1/h emergency hazard per lent node)")
+                    help="the paper-hazard campus of design §21.3 (≈ 1/h emergency hazard per lent node)")
     args = ap.parse_args(argv)
     if args.paper_hazard:
         cfg = replace(paper_hazard_config(args.days or PAPER_HAZARD_DAYS, args.seed), node_scale=args.node_scale)

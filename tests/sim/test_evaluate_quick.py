@@ -1,4 +1,4 @@
-"""Issue 19's evaluation: the paper's baselines by name, budget violations, the two headline campuses, the
+"""The evaluation of design §21: the paper's baselines by name, budget violations, the two headline campuses, the
 verdict logic, and `make evaluate-quick` (scripts/evaluate.py --quick) end to end: a small report with both
 campuses whose last two lines have the exact `evaluate-paper-hazard:` / `evaluate:` formats."""
 

@@ -143,7 +143,7 @@ def test_report_ends_with_the_evaluate_line_and_marks_unmet_targets(tmp_path: Pa
     verdict = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[-1]
                for line in text.splitlines() if line.startswith("| ") and line.rstrip().endswith(("yes |", "NO |"))}
     assert verdict["≥ 66% below slurm-pr"] == "yes"
-    assert verdict["≥ 38% below static Young/Daly (withdrawn by issue 19: the paper's 38% is over Bamboo)"] == "NO"
+    assert verdict["≥ 38% below static Young/Daly (withdrawn, design §21.1: the paper's 38% is over Bamboo)"] == "NO"
     assert verdict["migration success > 91%"] == "yes"
     assert verdict["Theorem 2 gap measured within 1 point of predicted (Δ inside an epoch)"] == "yes"
     assert verdict["hazard re-convergence after the 1.7x step (paper 18 min)"] == "NO"
