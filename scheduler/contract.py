@@ -114,7 +114,7 @@ def _ident(d: dict[str, Any], key: str, prefix: str, *, strings_only: bool = Fal
 
 
 def _sortable_ids(ids: list[Any]) -> tuple[str, ...]:
-    """Library ids whose string order is the JSON ids' order (design §4 "ties: smallest id").
+    """Library ids whose string order is the JSON ids' order (design §3 "ties: smallest id").
 
     The library breaks ties on its string ids; JSON integer ids must compare as numbers (9 before 10),
     so when any id is an integer each flow gets its rank in (integers by value, then strings) order,

@@ -1,4 +1,4 @@
-"""Roles and object-level permissions (design §1 "identity is the mechanism").
+"""Roles and object-level permissions (design §1 "Who may do what").
 
 Roles, derived from membership (no separate role table):
 

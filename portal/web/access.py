@@ -1,4 +1,4 @@
-"""Who may see what on the pages (design §1 "identity is the mechanism").
+"""Who may see what on the pages (design §1 "Who may do what").
 
 Every page looks objects up through these querysets, so an id edited into a URL or a form that the user may not
 see is a 404, exactly as if it did not exist. Admins (staff) see everything.

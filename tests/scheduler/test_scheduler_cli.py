@@ -121,7 +121,7 @@ def test_p3_response_fields() -> None:
     [((9, 10), 9), ((10, 9), 9), (("b", "a"), "a"), (("10", "9"), "10"), ((2, "1"), 2)],
 )
 def test_p3_deadline_ties_go_to_the_smallest_id(ids: tuple, winner: Any) -> None:
-    """design §4 "ties: smallest id": JSON integers compare as numbers (9 before 10), strings as strings;
+    """design §3 "ties: smallest id": JSON integers compare as numbers (9 before 10), strings as strings;
     only one of the two equal-deadline flows fits the 70 B/s budget."""
     req = {"capacity_bytes_per_s": 100.0, "flows": [{"id": x, "bytes": 600.0, "notice_s": 10.0} for x in ids]}
     code, body = run("p3", json.dumps(req))

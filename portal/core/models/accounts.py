@@ -1,4 +1,4 @@
-"""Who lends and who borrows: provider labs and researcher groups (design §1 "identity is the mechanism")."""
+"""Who lends and who borrows: provider labs and researcher groups (design §1 "Who may do what")."""
 
 from __future__ import annotations
 

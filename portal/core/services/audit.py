@@ -1,4 +1,4 @@
-"""The audit trail: who did what to which object (design §1 "identity is the mechanism")."""
+"""The audit trail: who did what to which object (design §1 "Who may do what")."""
 
 from __future__ import annotations
 

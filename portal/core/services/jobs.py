@@ -1,4 +1,4 @@
-"""Researcher-side job operations (design §1 jobs; "identity is the mechanism": usage is charged to the group)."""
+"""Researcher-side job operations (design §1 "Who may do what": usage is charged to the group)."""
 
 from __future__ import annotations
 
