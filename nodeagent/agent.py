@@ -158,6 +158,11 @@ class Agent:
         self.confiner = Confiner.from_config(config, self.data_dir)
         if config.kill_jobs_on_agent_exit:
             self.confiner.sweep()
+        # Checkpoint temporaries of writers killed mid-write (a predecessor's jobs, its own received replicas)
+        orphans = jobkit.remove_orphan_temporaries_under(self.data_dir / "ckpt")
+        if orphans:
+            log.info("removed %d orphan checkpoint temporaries: %s", sum(map(len, orphans.values())),
+                     sorted(orphans)[:10])
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -600,6 +605,7 @@ class Agent:
             if m is None or m.sha256 != msg.get("restore_sha256") or not jobkit.verify(ckpt, m):
                 if m is not None and not jobkit.verify(ckpt, m):
                     jobkit.remove_checkpoint(ckpt, m.sequence)  # corrupt: never offered again
+                    jobkit.remove_orphan_temporaries(ckpt)
                 await self.send({"type": "checkpoints_dropped", "job_id": int(job_id), "sequences": [int(restore)],
                                  "reason": RESTORE_FAILED})
                 await self.sync_held()
@@ -717,6 +723,7 @@ class Agent:
         for m in jobkit.list_manifests(ckpt):
             if m.sequence < int(msg.get("keep_from", 0)) and str(msg["job_id"]) not in self.jobs:
                 jobkit.remove_checkpoint(ckpt, m.sequence)
+        jobkit.remove_orphan_temporaries(ckpt)  # a dead writer's leftovers go with the pruned checkpoints
         await self.sync_held()
 
     async def _cmd_reclaim_notice(self, msg: dict[str, Any]) -> None:

@@ -46,7 +46,9 @@ class AgentConfig:
     fence_fraction: float = 0.7  # jobs pause after this fraction of the portal's heartbeat timeout unheard
     # Confined jobs (design §19, nodeagent/confine.py): cgroup backend, parent cgroup, users, default limits.
     confinement: str = "auto"  # auto | off | cgroup_v1 | cgroup_v2
-    cgroup_parent: str | None = None  # under each hierarchy (None: reclaimnet/agent-<hash of data_dir>)
+    # under each hierarchy's root (None: <unit cgroup>/jobs under systemd's Delegate=yes, else
+    # reclaimnet/agent-<hash of data_dir>; design §19.6)
+    cgroup_parent: str | None = None
     job_user: str | None = None  # None: nobody if it can reach data_dir, else the agent's user; "": the agent's
     job_uid_base: int | None = None  # one uid per running job: base .. base+job_uid_count-1 (no passwd entries)
     job_uid_count: int = 256

@@ -8,7 +8,8 @@ One interface, :class:`JobCgroup` made by a :class:`CgroupBackend`, with two bac
   mounted), found in ``/proc/self/mounts`` (``cpu,cpuacct`` mounted together is one hierarchy).
 
 Layout: ``<hierarchy>/<cgroup_parent>/job-<id>``, the parent per agent (``reclaimnet/agent-<hash of data_dir>``
-unless configured), made at the first job and removed with the last. The child process moves itself into its
+unless configured; ``<own cgroup>/jobs`` when a systemd unit delegated the agent its cgroup and none is configured,
+design §19.6), made at the first job and removed with the last. The child process moves itself into its
 cgroup before it execs (:meth:`JobConfinement.child_setup`, called from ``preexec_fn``: no window in which a fork
 could escape), then drops to the job's user: ``setgroups([])``, ``setgid``, ``setuid``.
 
@@ -49,7 +50,12 @@ KILL_WAIT_S = 0.01
 RMDIR_TRIES = 100  # a cgroup whose last task is still exiting is busy for a moment
 NVIDIA_MAJOR = 195  # /dev/nvidiaN are character devices 195:N; 195:255 is nvidiactl
 DEFAULT_JOB_USER = "nobody"
-_CAP_CHOWN, _CAP_FOWNER, _CAP_SETGID, _CAP_SETUID = 0, 3, 6, 7
+# What a non-root agent needs to run jobs as other users (design §19.5, §19.6): change the child's ids, hand the
+# job's directories over and back, reach into them while the job owns them (0700), and signal its processes.
+SWITCH_USER_CAPABILITIES = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_KILL": 5, "CAP_SETGID": 6,
+                            "CAP_SETUID": 7}
+DELEGATED_JOBS = "jobs"  # under systemd's Delegate=yes: job cgroups in <the unit's cgroup>/jobs (design §19.6)
+DELEGATED_LEAF = "agent"  # v2: the agent moves itself into <the unit's cgroup>/agent (no internal processes)
 
 
 def default_cgroup_parent(data_dir: Path) -> str:
@@ -245,6 +251,10 @@ class CgroupBackend(ABC):
     def check(self) -> None:
         """Raise OSError when this agent cannot make cgroups here (read-only, not delegated)."""
 
+    def prepare(self) -> None:
+        """Once, after :meth:`check` passed: whatever the layout needs before the first job (nothing by default)."""
+        return None
+
 
 # --- cgroup v1 ----------------------------------------------------------------------------------------------------
 class JobCgroupV1(JobCgroup):
@@ -319,24 +329,32 @@ class CgroupV1(CgroupBackend):
 
     name = "cgroup_v1"
 
-    def __init__(self, mounts: dict[str, Path], parent: str) -> None:
+    def __init__(self, mounts: dict[str, Path], parent: str, delegated: dict[str, str] | None = None) -> None:
+        """``delegated``: controller → the agent's own cgroup there (systemd's ``Delegate=yes``); the parent is then
+        under it, and only the controllers whose own cgroup is not the root are used."""
         super().__init__(parent)
         self.mounts = {c: p for c, p in mounts.items() if c in REQUIRED_CONTROLLERS + V1_OPTIONAL}
+        if delegated is not None:
+            self.mounts = {c: p for c, p in self.mounts.items() if delegated.get(c, "/").strip("/")}
+        # where the agent writes in each hierarchy: the mount, or its delegated cgroup
+        self.tops = {c: m / (delegated or {}).get(c, "").strip("/") for c, m in self.mounts.items()}
 
     @classmethod
     def available(cls, mounts: dict[str, Path]) -> bool:
         return all(c in mounts for c in REQUIRED_CONTROLLERS)
 
     def parent_dirs(self) -> list[Path]:
-        return sorted({m / self.parent for m in self.mounts.values()})
+        return sorted({t / self.parent for t in self.tops.values()})
 
     def check(self) -> None:
-        for mount in sorted(set(self.mounts.values())):
-            if not os.access(mount, os.W_OK):
-                raise PermissionError(errno.EACCES, "cgroup hierarchy not writable", str(mount))
+        if not self.available(self.mounts):
+            raise PermissionError(errno.EACCES, "no delegated cgroup for " + "/".join(REQUIRED_CONTROLLERS))
+        for top in sorted(set(self.tops.values())):
+            if not os.access(top, os.W_OK):
+                raise PermissionError(errno.EACCES, "cgroup hierarchy not writable", str(top))
 
     def _paths(self, job_id: str) -> dict[str, Path]:
-        return {c: m / self.parent / f"job-{job_id}" for c, m in self.mounts.items()}
+        return {c: t / self.parent / f"job-{job_id}" for c, t in self.tops.items()}
 
     def _existing(self, job_id: str) -> JobCgroup:
         return JobCgroupV1(job_id, {c: p for c, p in self._paths(job_id).items() if p.is_dir()} or
@@ -423,9 +441,13 @@ class CgroupV2(CgroupBackend):
 
     name = "cgroup_v2"
 
-    def __init__(self, mount: Path, parent: str) -> None:
+    def __init__(self, mount: Path, parent: str, delegated: str | None = None) -> None:
+        """``delegated``: the agent's own cgroup (systemd's ``Delegate=yes``): the agent moves itself into its leaf
+        :data:`DELEGATED_LEAF` and ``parent`` is under it; controllers are enabled from there down only."""
         super().__init__(parent)
         self.mount = mount
+        self.delegated = delegated.strip("/") if delegated is not None else None
+        self.top = mount / self.delegated if self.delegated else mount
 
     @classmethod
     def available(cls, mount: Path | None) -> bool:
@@ -437,19 +459,39 @@ class CgroupV2(CgroupBackend):
         return False
 
     def parent_dirs(self) -> list[Path]:
-        return [self.mount / self.parent]
+        return [self.top / self.parent]
 
     def check(self) -> None:
+        if self.delegated is not None:
+            listed = ""
+            with contextlib.suppress(OSError):
+                listed = _read(self.top / "cgroup.controllers")
+            if not set(REQUIRED_CONTROLLERS) <= set(listed.split()):
+                raise PermissionError(errno.EACCES, "delegated cgroup lacks memory/cpu/pids", str(self.top))
+            for name in ("cgroup.procs", "cgroup.subtree_control"):
+                if not os.access(self.top / name, os.W_OK):
+                    raise PermissionError(errno.EACCES, "cgroup v2 subtree not delegated", str(self.top / name))
+            return
         if not os.access(self.mount, os.W_OK) and not os.access(self.mount / self.parent, os.W_OK):
             raise PermissionError(errno.EACCES, "cgroup v2 hierarchy not writable", str(self.mount))
 
+    def prepare(self) -> None:
+        """Delegated: move this process into ``<own cgroup>/agent`` so that its own cgroup holds no process and may
+        pass its controllers on to the job cgroups beside it (the no-internal-process rule)."""
+        if self.delegated is None:
+            return
+        leaf = self.top / DELEGATED_LEAF
+        leaf.mkdir(exist_ok=True)
+        _write(leaf / "cgroup.procs", str(os.getpid()))
+
     def _existing(self, job_id: str) -> JobCgroup:
-        return JobCgroupV2(job_id, self.mount / self.parent / f"job-{job_id}", Limits())
+        return JobCgroupV2(job_id, self.top / self.parent / f"job-{job_id}", Limits())
 
     def _enable_controllers(self) -> None:
-        """``+memory +cpu +pids`` in ``cgroup.subtree_control`` from the mount down to the agent's parent (the
-        intermediate cgroups hold no process, so the no-internal-process rule holds)."""
-        d = self.mount
+        """``+memory +cpu +pids`` in ``cgroup.subtree_control`` from the top the agent may write (the mount, or its
+        delegated cgroup) down to the agent's parent (those cgroups hold no process, so the no-internal-process
+        rule holds)."""
+        d = self.top
         chain = [d] + [d := d / part for part in Path(self.parent).parts]
         for level in chain:
             level.mkdir(exist_ok=True)
@@ -463,7 +505,7 @@ class CgroupV2(CgroupBackend):
 
     def _make(self, job_id: str, limits: Limits) -> JobCgroup:
         self._enable_controllers()
-        path = self.mount / self.parent / f"job-{job_id}"
+        path = self.top / self.parent / f"job-{job_id}"
         path.mkdir(exist_ok=True)
         cg = JobCgroupV2(job_id, path, limits)
         try:
@@ -481,12 +523,44 @@ class CgroupV2(CgroupBackend):
         return cg
 
 
-def detect(mode: str, parent: str, mounts_file: Path = Path("/proc/self/mounts")) -> CgroupBackend | None:
-    """The backend for ``mode``: ``auto`` prefers v2 where its controllers are enabled, else v1, else none."""
+def own_cgroups(proc_cgroup_file: Path = Path("/proc/self/cgroup")) -> tuple[dict[str, str], str | None]:
+    """This process's cgroup in each v1 controller's hierarchy and in the v2 one (None: not listed)."""
+    v1: dict[str, str] = {}
+    v2: str | None = None
+    with contextlib.suppress(OSError):
+        for line in _read(proc_cgroup_file).splitlines():
+            parts = line.split(":", 2)
+            if len(parts) != 3:
+                continue
+            if parts[0] == "0" and parts[1] == "":
+                v2 = parts[2]
+            for controller in parts[1].split(","):
+                if controller in REQUIRED_CONTROLLERS + V1_OPTIONAL:
+                    v1[controller] = parts[2]
+    return v1, v2
+
+
+def under_systemd_service() -> bool:
+    """Whether systemd started this process as (part of) a unit: it sets ``INVOCATION_ID`` for every unit."""
+    return bool(os.environ.get("INVOCATION_ID"))
+
+
+def detect(mode: str, parent: str, mounts_file: Path = Path("/proc/self/mounts"), *, delegated: bool = False,
+           proc_cgroup_file: Path = Path("/proc/self/cgroup")) -> CgroupBackend | None:
+    """The backend for ``mode``: ``auto`` prefers v2 where its controllers are enabled, else v1, else none.
+
+    ``delegated`` (design §19.6: a systemd unit with ``Delegate=yes``, ``cgroup_parent`` unset): first the agent's
+    own cgroup, the job cgroups in ``<own>/jobs``; then, as without it, ``parent`` from the hierarchy's root."""
     if mode == "off":
         return None
     v1, v2 = cgroup_mounts(mounts_file)
     candidates: list[CgroupBackend] = []
+    if delegated:
+        own_v1, own_v2 = own_cgroups(proc_cgroup_file)
+        if mode in ("auto", "cgroup_v2") and v2 is not None and (own_v2 or "/").strip("/"):
+            candidates.append(CgroupV2(v2, DELEGATED_JOBS, delegated=own_v2))
+        if mode in ("auto", "cgroup_v1") and CgroupV1.available(v1):
+            candidates.append(CgroupV1(v1, DELEGATED_JOBS, delegated=own_v1))
     if mode in ("auto", "cgroup_v2") and v2 is not None and CgroupV2.available(v2):
         candidates.append(CgroupV2(v2, parent))
     if mode in ("auto", "cgroup_v1") and CgroupV1.available(v1):
@@ -494,6 +568,7 @@ def detect(mode: str, parent: str, mounts_file: Path = Path("/proc/self/mounts")
     for backend in candidates:
         try:
             backend.check()
+            backend.prepare()
         except OSError as exc:
             log.warning("confinement: %s present but not usable by this agent: %s", backend.name, exc)
             continue
@@ -509,7 +584,7 @@ def can_switch_users() -> bool:
     with contextlib.suppress(OSError, ValueError, StopIteration):
         status = Path("/proc/self/status").read_text().splitlines()
         eff = int(next(line.split()[1] for line in status if line.startswith("CapEff:")), 16)
-        return all(eff >> bit & 1 for bit in (_CAP_CHOWN, _CAP_FOWNER, _CAP_SETGID, _CAP_SETUID))
+        return all(eff >> bit & 1 for bit in SWITCH_USER_CAPABILITIES.values())
     return False
 
 
@@ -556,8 +631,8 @@ class UserPolicy:
             log.info("confinement: job_user is \"\": jobs run as the agent's user")
             return
         if not can_switch_users():
-            log.info("confinement: the agent is not root (no CAP_SETUID/CAP_SETGID/CAP_CHOWN/CAP_FOWNER): jobs run "
-                     "as the agent's user %s; job_user and job_uid_base are not applied", pwd.getpwuid(os.geteuid())[0])
+            log.info("confinement: the agent is not root (needs %s): jobs run as the agent's user %s; job_user and "
+                     "job_uid_base are not applied", "/".join(SWITCH_USER_CAPABILITIES), pwd.getpwuid(os.geteuid())[0])
             return
         name = self.job_user or DEFAULT_JOB_USER
         if self.uid_base is not None:  # per-job uids: no passwd entry needed (nor wanted)
@@ -691,13 +766,17 @@ class Confiner:
     def __init__(self, *, data_dir: Path, mode: str = "auto", cgroup_parent: str | None = None,
                  job_user: str | None = None, job_uid_base: int | None = None, job_uid_count: int = 256,
                  memory_bytes_per_gpu: int | None = None, cpu_cores_per_gpu: float | None = None,
-                 pids_max: int | None = 4096, mounts_file: Path = Path("/proc/self/mounts")) -> None:
+                 pids_max: int | None = 4096, mounts_file: Path = Path("/proc/self/mounts"),
+                 proc_cgroup_file: Path = Path("/proc/self/cgroup"), delegated: bool | None = None) -> None:
         self.data_dir = data_dir
         self.mode = mode
         self.memory_bytes_per_gpu = memory_bytes_per_gpu
         self.cpu_cores_per_gpu = cpu_cores_per_gpu
         self.pids_max = pids_max
-        self.backend = detect(mode, cgroup_parent or default_cgroup_parent(data_dir), mounts_file)
+        # design §19.6: under a systemd unit (Delegate=yes) with no cgroup_parent, the unit's own cgroup first
+        delegated = cgroup_parent is None and under_systemd_service() if delegated is None else delegated
+        self.backend = detect(mode, cgroup_parent or default_cgroup_parent(data_dir), mounts_file,
+                              delegated=delegated, proc_cgroup_file=proc_cgroup_file)
         if self.backend is None and mode in ("cgroup_v1", "cgroup_v2"):
             raise ConfigError(f"confinement: {mode} is not available on this host (or not writable by the agent)")
         if self.backend is None:
@@ -721,7 +800,7 @@ class Confiner:
         """The job's limits: what its start command asks (``memory_bytes``, ``cpu_cores``) when valid, else the
         agent's per-GPU defaults times its GPU count (at least one)."""
         per = max(1, len(gpus))
-        mem = memory_bytes if _positive(memory_bytes) and isinstance(memory_bytes, int) else (
+        mem = int(memory_bytes) if _positive(memory_bytes) and float(memory_bytes).is_integer() else (
             self.memory_bytes_per_gpu * per if self.memory_bytes_per_gpu else None)
         cpu = float(cpu_cores) if _positive(cpu_cores) else (
             self.cpu_cores_per_gpu * per if self.cpu_cores_per_gpu else None)

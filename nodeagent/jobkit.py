@@ -38,6 +38,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import signal
 import stat
 import threading
@@ -183,6 +184,72 @@ def list_manifests(ckpt_dir: Path) -> list[Manifest]:
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             out.append(Manifest.from_path(path))
     return sorted(out, key=lambda m: m.sequence)
+
+
+# The temporary :func:`atomic_write_bytes` makes for a checkpoint's data or manifest: ``.<final name>.tmp-<pid>``.
+ORPHAN_TEMPORARY = re.compile(r"^\.ckpt-\d{8,}\.(?:ckpt|json)\.tmp-([1-9]\d{0,9})$")
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie, or another user's process, counts: its temporary is kept)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def remove_orphan_temporaries(ckpt_dir: Path | str, dir_fd: int | None = None) -> list[str]:
+    """Remove the checkpoint temporaries in ``ckpt_dir`` whose writer process is gone (design §2, §19.5).
+
+    A writer killed between creating ``.ckpt-<seq>.ckpt.tmp-<pid>`` and renaming it leaves it forever. Only names
+    matching :data:`ORPHAN_TEMPORARY` exactly, only regular files (a symlink or FIFO of that name is left alone,
+    never followed), only when process ``<pid>`` no longer exists (a live writer's temporary is in use). The
+    directory is opened with ``O_NOFOLLOW | O_DIRECTORY`` (relative to ``dir_fd`` when given) and every entry is
+    examined and unlinked relative to that descriptor: a job that owns the directory cannot redirect the agent
+    elsewhere. Returns the names removed; a directory that cannot be opened yields none."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(ckpt_dir, flags, dir_fd=dir_fd)
+    except OSError:
+        return []
+    removed: list[str] = []
+    try:
+        for name in os.listdir(fd):
+            match = ORPHAN_TEMPORARY.match(name)
+            if match is None or _pid_alive(int(match.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    os.unlink(name, dir_fd=fd)  # unlink never follows a link, even if one was swapped in meanwhile
+                    removed.append(name)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return removed
+
+
+def remove_orphan_temporaries_under(root: Path) -> dict[str, list[str]]:
+    """:func:`remove_orphan_temporaries` in every job directory of ``root`` (``<data>/ckpt``), none reached
+    through a symlink; returns the names removed by job directory."""
+    out: dict[str, list[str]] = {}
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return out
+    try:
+        for name in sorted(os.listdir(fd)):
+            removed = remove_orphan_temporaries(name, dir_fd=fd)
+            if removed:
+                out[name] = removed
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return out
 
 
 def remove_checkpoint(ckpt_dir: Path, sequence: int) -> None:

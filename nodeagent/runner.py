@@ -136,15 +136,17 @@ class RunningJob:
 
     def finish(self) -> str | None:
         """The job's process ended: kill what is left of it, remove its cgroup, give its directories back to the
-        agent. Returns the reason when the kernel killed it for its memory limit (design §19). Never raises: the
-        job's exit must still be reported."""
-        if self.confinement is None:
-            return None
-        try:
-            return self.confinement.end()
-        except Exception:
-            logging.getLogger("nodeagent").exception("job %s: its confinement was not cleaned up", self.job_id)
-            return None
+        agent, remove the checkpoint temporaries its death cut short. Returns the reason when the kernel killed it
+        for its memory limit (design §19). Never raises: the job's exit must still be reported."""
+        reason = None
+        if self.confinement is not None:
+            try:
+                reason = self.confinement.end()
+            except Exception:
+                logging.getLogger("nodeagent").exception("job %s: its confinement was not cleaned up", self.job_id)
+        with contextlib.suppress(Exception):  # a write its death cut short leaves a temporary: not kept forever
+            jobkit.remove_orphan_temporaries(self.ckpt_dir)
+        return reason
 
     def set_interval(self, interval_s: float) -> None:
         jobkit.atomic_write_bytes(self.control_file, json.dumps({"interval_s": interval_s}).encode(), mode=0o644)
@@ -187,6 +189,7 @@ def start_job(
     work_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     prepare_restore(ckpt_dir, restore_sequence)
+    jobkit.remove_orphan_temporaries(ckpt_dir)  # a previous run killed mid-write (its writer is gone)
     (work_dir / "result.json").unlink(missing_ok=True)
     (work_dir / "gpu_load.json").unlink(missing_ok=True)  # a new run says its own load
     env = {

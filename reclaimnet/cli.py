@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import getpass
 import json
+import math
 import os
 import sys
 import urllib.parse
@@ -38,7 +39,7 @@ from reclaimnet.client import (
     Unreachable,
     __version__,
 )
-from reclaimnet.spec import SpecError, load_spec, parse_duration_s
+from reclaimnet.spec import SpecError, load_spec, parse_duration_s, parse_memory_bytes
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 PROG = "reclaimnet"
@@ -219,6 +220,10 @@ def cmd_logout(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
+    if args.memory is not None:  # design §19.2: the options win over the spec's fields
+        spec["memory_bytes"] = args.memory
+    if args.cpus is not None:
+        spec["cpu_cores"] = args.cpus
     answer = _client(args).submit(spec, idempotency_key=args.idempotency_key)
     if args.json:
         _print_json(answer)
@@ -437,6 +442,31 @@ def _positive_s(text: str) -> float:
     return value
 
 
+# A job's own cgroup limits (design §19.2), as the portal bounds them: checked here so a typo fails at once.
+MIN_MEMORY_BYTES, MAX_MEMORY_BYTES = 256 * 2**20, 16 * 2**40
+MAX_CPU_CORES = 1024.0
+
+
+def _memory_bytes(text: str) -> int:
+    size = parse_memory_bytes(text)
+    if size is None:
+        raise argparse.ArgumentTypeError(f"a size with its unit, e.g. 16G or 512M (binary: G = GiB), not {text!r}")
+    if not MIN_MEMORY_BYTES <= size <= MAX_MEMORY_BYTES:
+        raise argparse.ArgumentTypeError(f"from 256M to 16T, not {text!r}")
+    return size
+
+
+def _cpu_cores(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_CPU_CORES:  # NaN and infinities fail here too
+        raise argparse.ArgumentTypeError(f"a number of cores, more than 0 and at most {MAX_CPU_CORES:g} "
+                                         f"(e.g. 4 or 0.5), not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="The ReclaimNet portal from a terminal: submit and follow jobs, fetch their results, "
@@ -473,12 +503,18 @@ def build_parser() -> argparse.ArgumentParser:
                      "command or image, gpu_count, expected_runtime_s, ckpt_bytes_estimate, and optionally group "
                      "(id or name), vram_gb_per_gpu, min_capability, framework, loss_budget_s, "
                      "loss_budget_mode (expected or bound), restart_s, "
-                     "priority_class, output_dir, array, after_ok, after_any. Durations may be written 4h or "
+                     "priority_class, output_dir, memory_bytes, cpu_cores, array, after_ok, after_any. Durations may be written 4h or "
                      "90m, sizes 3.2GB or 500MiB. The portal checks every field as it checks the web form.")
     submit.add_argument("spec", metavar="SPEC", help="the spec file, or - for standard input")
     submit.add_argument("--idempotency-key", metavar="KEY",
                         help="send this Idempotency-Key (1-200 printable ASCII characters): submitting again "
                              "with the same key and spec within 24 h answers the first job again")
+    submit.add_argument("--memory", type=_memory_bytes, metavar="SIZE",
+                        help="the job's memory limit, e.g. 16G or 512M (G = GiB; 256M to 16T); it is stopped "
+                             "beyond it. Wins over the spec's memory_bytes; neither: the node's default")
+    submit.add_argument("--cpus", type=_cpu_cores, metavar="N",
+                        help="the job's CPU quota in cores, e.g. 4 or 0.5 (at most 1024). Wins over the spec's "
+                             "cpu_cores; neither: the node's default")
 
     jobs = command("jobs", cmd_jobs, "list your groups' jobs (like squeue)")
     jobs.add_argument("--state", metavar="STATE",

@@ -3,8 +3,8 @@
 The portal validates every field, exactly as it validates the web form, and its errors name the field; this
 module only reads the file. It passes every field through (new API fields need no change here) and adds two
 conveniences: a value of a ``…_s`` field may be a duration (``"90m"``, ``"4h"``, ``"1h30m"``, ``"2d"``) and a
-value of a ``…bytes…`` field a size (``"3.2GB"``, ``"500 MiB"``). A string that is neither stays as written, so
-the portal's answer names the field.
+value of a ``…bytes…`` field a size (``"3.2GB"``, ``"500 MiB"``; ``memory_bytes`` also ``"16G"``, binary). A
+string that is neither stays as written, so the portal's answer names the field.
 """
 
 from __future__ import annotations
@@ -45,6 +45,19 @@ def parse_size_bytes(text: str) -> int | None:
     return round(number * base ** _SIZE_PREFIX[unit[0] if unit[0] in "kmgtp" else ""])
 
 
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt])\s*$", re.IGNORECASE)
+
+
+def parse_memory_bytes(text: str) -> int | None:
+    """A memory limit as Slurm's ``--mem`` and Docker's ``--memory`` write it, binary: ``"16G"`` → 16 GiB,
+    ``"512M"`` → 512 MiB (K, M, G, T); or any size :func:`parse_size_bytes` reads (``"16GiB"``, ``"16GB"``).
+    None when ``text`` is neither (a bare number has no unit: None too)."""
+    match = _MEMORY.match(text)
+    if match is not None:
+        return round(float(match.group(1)) * 1024 ** _SIZE_PREFIX[match.group(2).lower()])
+    return parse_size_bytes(text)
+
+
 def _convert(name: str, value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()  # YAML reads bare dates as dates; the API takes ISO 8601 text
@@ -58,7 +71,7 @@ def _convert(name: str, value: Any) -> Any:
             if seconds is not None:
                 return seconds
         if "bytes" in name:
-            size = parse_size_bytes(value)
+            size = parse_memory_bytes(value) if name == "memory_bytes" else parse_size_bytes(value)
             if size is not None:
                 return size
     return value

@@ -15,12 +15,18 @@ from django.utils.translation import ngettext
 from portal.control.ladder import ClassTerms, class_policies
 from portal.core.events import duration
 from portal.core.models import Building, PriorityClass, Provider, ResearchGroup
-from portal.core.models.jobs import LossBudgetMode
+from portal.core.models.jobs import (
+    MAX_JOB_CPU_CORES,
+    MAX_JOB_MEMORY_BYTES,
+    MIN_JOB_MEMORY_BYTES,
+    LossBudgetMode,
+)
 from portal.core.models.nodes import OwnerUsePolicy
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
 from portal.core.services.jobs import campus_hardware, campus_limits
 
 GB = 1e9
+GIB = 2**30
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -192,6 +198,16 @@ class JobForm(forms.Form):
                                            "portal with the final checkpoint when the job ends. Empty: none.",
                                  widget=forms.TextInput(attrs={"placeholder": "outputs"}))
     upload_with_checkpoints = forms.BooleanField(required=False, label="Also upload it at each checkpoint")
+    # design §19.2: the job's cgroup limits; empty: the node's per-GPU default
+    memory_gib = forms.FloatField(
+        min_value=MIN_JOB_MEMORY_BYTES / GIB, max_value=MAX_JOB_MEMORY_BYTES / GIB, required=False,
+        label="Memory limit (GiB)",
+        help_text="The most memory the job may use (it is stopped beyond it), 0.25 to 16384. Empty: the node's "
+                  "default for your number of GPUs.")
+    cpu_cores = forms.FloatField(
+        max_value=MAX_JOB_CPU_CORES, required=False, label="CPU cores",
+        help_text="CPU time the job may use, in cores (e.g. 4, or 0.5). Empty: the node's default for your number "
+                  "of GPUs.")
 
     # The fair queue's fields (design §16.6), checked by portal.queue.submit.
     array = forms.CharField(max_length=200, required=False, label="Array",
@@ -219,6 +235,12 @@ class JobForm(forms.Form):
         # Each class's loan and idle limits, before submitting (design §15: the ladder).
         self.class_terms = list(class_policies().values())
         self.fields["priority_class"].help_text = class_limits_text(self.class_terms)
+
+    def clean_cpu_cores(self) -> float | None:
+        cores = self.cleaned_data.get("cpu_cores")
+        if cores is not None and not cores > 0:
+            raise ValidationError("Give more than 0 cores, or leave it empty for the node's default.")
+        return cores
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -249,6 +271,8 @@ class JobForm(forms.Form):
             "priority_class": d["priority_class"],
             "output_dir": (d.get("output_dir") or "").strip(),
             "upload_with_checkpoints": bool(d.get("upload_with_checkpoints")),
+            "memory_bytes": None if d.get("memory_gib") is None else round(d["memory_gib"] * GIB),
+            "cpu_cores": d.get("cpu_cores"),
         }
 
     def queue_kwargs(self) -> dict[str, Any]:
@@ -261,4 +285,5 @@ class JobForm(forms.Form):
         "expected_runtime_s": "expected_runtime_h",
         "ckpt_bytes_estimate": "ckpt_gb",
         "loss_budget_s": "loss_budget_min",
+        "memory_bytes": "memory_gib",
     }

@@ -193,6 +193,23 @@ def test_a_spec_on_stdin_with_an_idempotency_key_makes_one_job(campus: LiveCampu
     assert Job.objects.filter(name="once").count() == 1
 
 
+def test_submit_with_memory_and_cpus_reaches_the_job_and_the_portal_names_a_bad_spec_field(
+        campus: LiveCampus, tmp_path: Path) -> None:
+    """design §19.2: the options become the job's cgroup limits; a spec's out-of-range value is the portal's 400."""
+    shell: Terminal = campus.terminal("researcher")
+    spec = SPEC.replace("bert-finetune", "limited-job")
+    made = shell.run("submit", _spec(tmp_path, spec), "--memory", "16G", "--cpus", "2.5", "--json")
+    assert made.returncode == 0, made.stderr
+    assert (json.loads(made.stdout)["memory_bytes"], json.loads(made.stdout)["cpu_cores"]) == (16 * 2**30, 2.5)
+    job = Job.objects.get(name="limited-job")
+    assert (job.memory_bytes, job.cpu_cores) == (16 * 2**30, 2.5)
+    status = shell.run("status", str(job.pk))
+    assert f"memory_bytes: {16 * 2**30}" in status.stdout and "cpu_cores: 2.5" in status.stdout
+    refused = shell.run("submit", _spec(tmp_path, spec.replace("limited-job", "tiny-job") + "memory_bytes: 100M\n"))
+    assert refused.returncode == 1 and "memory_bytes:" in refused.stderr
+    assert not Job.objects.filter(name="tiny-job").exists()
+
+
 def _write(campus: LiveCampus, job: Job, text: str) -> None:
     """What the agent link does with a job_output report from the job's node."""
     with transaction.atomic():

@@ -191,8 +191,9 @@ class StartJob(TypedDict):
     upload_with_checkpoints: NotRequired[bool]
     # The fair queue (design §16.6): RECLAIMNET_ARRAY_ID and RECLAIMNET_ARRAY_INDEX for an array's task.
     env: NotRequired[dict[str, str]]
-    # Confined jobs (design §19): the job's memory limit and CPU quota. Not sent yet (the Job has no such fields):
-    # the agent then applies its own per-GPU defaults (memory_bytes_per_gpu, cpu_cores_per_gpu).
+    # Confined jobs (design §19.2): the job's memory limit (bytes, an int) and CPU quota (cores, a float), from
+    # ``Job.memory_bytes`` / ``Job.cpu_cores``; each sent only when the job set it (first starts and resumes alike),
+    # else absent and the agent applies its own per-GPU default (memory_bytes_per_gpu, cpu_cores_per_gpu).
     memory_bytes: NotRequired[int]
     cpu_cores: NotRequired[float]
 

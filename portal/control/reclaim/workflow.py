@@ -111,6 +111,17 @@ def data_address(node_pk: int) -> tuple[str, int] | None:
     return (row[0], int(row[1])) if row else None
 
 
+def limit_fields(job: Job) -> dict[str, Any]:
+    """The job's own cgroup limits for its start command, only those it set (design §19.2: an absent one is the
+    node's per-GPU default): ``memory_bytes`` an int, ``cpu_cores`` a float."""
+    fields: dict[str, Any] = {}
+    if job.memory_bytes is not None:
+        fields["memory_bytes"] = int(job.memory_bytes)
+    if job.cpu_cores is not None:
+        fields["cpu_cores"] = float(job.cpu_cores)
+    return fields
+
+
 def start_on(job: Job, node_pk: int, gpu_indices: list[int], restore: Checkpoint | None, reason: str) -> None:
     """Hold the GPUs with an open placement and tell the node's agent to start (or resume) the job."""
     close_placement(job, "moved")
@@ -123,7 +134,8 @@ def start_on(job: Job, node_pk: int, gpu_indices: list[int], restore: Checkpoint
                   restore_sha256=restore.sha256 if restore else None, reason=reason,
                   # design §14: what the agent uploads to the portal (when the job ends; at each checkpoint)
                   output_dir=job.output_dir, upload_with_checkpoints=job.upload_with_checkpoints,
-                  **queue_env.start_fields(job))  # design §16.6: an array task's index in its environment
+                  **queue_env.start_fields(job),  # design §16.6: an array task's index in its environment
+                  **limit_fields(job))  # design §19.2: the job's own cgroup limits, when it has them
     publish_after_commit(job_groups(job, (node_pk,)), "job.state", job_id=job.pk, state="starting", node_id=node_pk)
 
 

@@ -28,7 +28,12 @@ from portal.core.models import (
     ResearchGroup,
     Switch,
 )
-from portal.core.models.jobs import LossBudgetMode
+from portal.core.models.jobs import (
+    MAX_JOB_CPU_CORES,
+    MAX_JOB_MEMORY_BYTES,
+    MIN_JOB_MEMORY_BYTES,
+    LossBudgetMode,
+)
 from portal.core.models.nodes import OwnerUsePolicy
 from portal.core.services import explain
 from portal.core.services._validate import NAME_RE
@@ -347,10 +352,15 @@ class JobSerializer(serializers.ModelSerializer):
             "min_capability", "framework", "expected_runtime_s", "ckpt_bytes_estimate", "loss_budget_s",
             "loss_budget_mode", "restart_s", "priority_class", "state", "failure_reason", "submitted_at", "started_at", "finished_at",
             "progress_step", "work_done_s", "checkpoint_interval_s", "checkpoint_bandwidth_bytes_per_s",
-            "loss_budget_at_risk", "node", "output_dir", "upload_with_checkpoints",
+            "loss_budget_at_risk", "node", "output_dir", "upload_with_checkpoints", "memory_bytes", "cpu_cores",
         ]
         read_only_fields = fields
         extra_kwargs = {
+            "memory_bytes": {"help_text": (
+                "The memory limit of the job's cgroup, in bytes (design §19.2); null: the node's per-GPU default.")},
+            "cpu_cores": {"help_text": (
+                "The CPU quota of the job's cgroup, in cores (may be fractional; design §19.2); null: the node's "
+                "per-GPU default.")},
             "progress_step": {"help_text": "The step the job's current run has reached, as its agent reports it."},
             "work_done_s": {"help_text": (
                 "Seconds of work the job's progress stands for: progress_step × its measured seconds per step, "
@@ -486,6 +496,16 @@ class JobSubmitSerializer(serializers.Serializer):
         "whose files the agent uploads when the job ends, with its final checkpoint (design §14). Empty: none."))
     upload_with_checkpoints = serializers.BooleanField(
         required=False, default=False, help_text="Also upload the output directory with each checkpoint.")
+    # design §19.2: the job's cgroup limits, sent in its start command (null or absent: the node's default)
+    memory_bytes = StrictIntegerField(
+        min_value=MIN_JOB_MEMORY_BYTES, max_value=MAX_JOB_MEMORY_BYTES, required=False, allow_null=True,
+        default=None, help_text=(
+            "Memory limit of the job's cgroup in bytes, 268435456 (256 MiB) to 17592186044416 (16 TiB); the job is "
+            "killed if it uses more. Null or absent: the node's per-GPU default."))
+    cpu_cores = FiniteFloatField(
+        min_value=0.0, max_value=MAX_JOB_CPU_CORES, required=False, allow_null=True, default=None, help_text=(
+            "CPU quota of the job's cgroup in cores, more than 0 and at most 1024 (fractions allowed, e.g. 0.5). "
+            "Null or absent: the node's per-GPU default."))
 
     # The fair queue (design §16.6): checked by portal.queue.submit, errors naming the field.
     array = StrictCharField(max_length=200, required=False, allow_blank=True, default="", help_text=(
@@ -497,6 +517,11 @@ class JobSubmitSerializer(serializers.Serializer):
                                          "cancelled if one fails or is cancelled."))
     after_any = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, default=list,
                                       max_length=100, help_text="Job ids this job waits for, however they end.")
+
+    def validate_cpu_cores(self, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise serializers.ValidationError("Must be more than 0 cores.")
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs.get("command", "").strip() and not attrs.get("image", "").strip():

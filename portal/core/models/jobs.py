@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -24,6 +25,18 @@ class LossBudgetMode(models.TextChoices):
 
     EXPECTED = "expected", "expected loss ≤ L_max (Eq. 9)"
     BOUND = "bound", "no interruption loses more than L_max"
+
+
+# design §19.2: a job's own memory limit and CPU quota (null: the node's per-GPU default applies)
+MIN_JOB_MEMORY_BYTES = 256 * 2**20  # 256 MiB
+MAX_JOB_MEMORY_BYTES = 16 * 2**40  # 16 TiB
+MAX_JOB_CPU_CORES = 1024.0
+
+
+def validate_cpu_cores(value: float) -> None:
+    """More than 0 cores (a CPU quota of 0 would stop the job; design §19.2)."""
+    if not value > 0:
+        raise ValidationError("Must be more than 0 cores.", code="min_value")
 
 
 class Job(models.Model):
@@ -62,6 +75,14 @@ class Job(models.Model):
                                   help_text="relative to the job's working directory; uploaded when the job ends")
     upload_with_checkpoints = models.BooleanField(default=False,
                                                   help_text="also upload the output directory at each checkpoint")
+    # design §19.2: the job's cgroup limits, sent in its start command; null: the node's per-GPU default
+    memory_bytes = models.BigIntegerField(
+        null=True, blank=True,
+        validators=[MinValueValidator(MIN_JOB_MEMORY_BYTES), MaxValueValidator(MAX_JOB_MEMORY_BYTES)],
+        help_text="memory limit of the job's cgroup (bytes); empty: the node's per-GPU default")
+    cpu_cores = models.FloatField(
+        null=True, blank=True, validators=[validate_cpu_cores, MaxValueValidator(MAX_JOB_CPU_CORES)],
+        help_text="CPU quota of the job's cgroup (cores, may be fractional); empty: the node's per-GPU default")
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

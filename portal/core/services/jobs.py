@@ -15,7 +15,12 @@ from portal.core import outbox, permissions
 from portal.core.lifecycle import jobs as job_lifecycle
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import Gpu, Job, PriorityClass, ResearchGroup
-from portal.core.models.jobs import LossBudgetMode
+from portal.core.models.jobs import (
+    MAX_JOB_CPU_CORES,
+    MAX_JOB_MEMORY_BYTES,
+    MIN_JOB_MEMORY_BYTES,
+    LossBudgetMode,
+)
 from portal.core.services._validate import fail, integer, number, text
 from portal.core.services.audit import audit
 from portal.core.services.results import clean_output_dir
@@ -50,6 +55,8 @@ def submit_job(
     priority_class: str = PriorityClass.STANDARD,
     output_dir: str = "",
     upload_with_checkpoints: bool = False,
+    memory_bytes: int | None = None,
+    cpu_cores: float | None = None,
 ) -> Job:
     """Queue a job charged to ``group`` (the actor must belong to it, or be an admin)."""
     if actor is not None and not permissions.can_submit_to_group(actor, group):
@@ -99,6 +106,13 @@ def submit_job(
     output_dir = clean_output_dir(output_dir)  # design §14: relative, inside the job's working directory
     if not isinstance(upload_with_checkpoints, bool):
         fail("upload_with_checkpoints", "true or false is required.")
+    # design §19.2: the job's own cgroup limits (None: the node's per-GPU default)
+    memory = None if memory_bytes is None else integer("memory_bytes", memory_bytes)
+    if memory is not None and not MIN_JOB_MEMORY_BYTES <= memory <= MAX_JOB_MEMORY_BYTES:
+        fail("memory_bytes", f"Must be between 256 MiB ({MIN_JOB_MEMORY_BYTES} bytes) and 16 TiB "
+                             f"({MAX_JOB_MEMORY_BYTES} bytes).")
+    cores = None if cpu_cores is None else number("cpu_cores", cpu_cores, minimum=0, exclusive_minimum=True,
+                                                  maximum=MAX_JOB_CPU_CORES)
     owner = actor if actor is not None else None
     if owner is None:
         fail("owner", "A job needs an owner.")
@@ -111,6 +125,7 @@ def submit_job(
             ckpt_bytes_estimate=ckpt, loss_budget_s=budget, restart_s=restart, priority_class=priority_class,
             loss_budget_mode=loss_budget_mode,
             output_dir=output_dir, upload_with_checkpoints=upload_with_checkpoints,
+            memory_bytes=memory, cpu_cores=cores,
         )
         audit(actor, "job.submit", job, group=group.slug, gpus=gpu_count)
         outbox.enqueue(outbox.Task.PLACE_JOB, job.pk)
