@@ -27,10 +27,25 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.special import gammaincinv, ndtri
 
-__all__ = ["BandwidthEstimator", "HazardEstimator", "adaptivity_gap"]
+__all__ = ["NOTICE_EDGES_S", "PLAN_HAZARD_QUANTILE", "BandwidthEstimator", "HazardEstimator", "adaptivity_gap",
+           "short_notice_rate_per_s"]
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
+
+# The hazard P1 plans Δ at (design §2 "Estimators", §21.4): None = the posterior mean λ̂; a number q = the Gamma
+# posterior's q-quantile (the estimator's `confidence`, 0.95, is λ⁺). P1's cost λΔ/2 + C/(bΔ) is linear in λ, so
+# under the posterior its expectation is λ̂Δ/2 + C/(bΔ), minimised at Δ* = sqrt(2C/(λ̂b)): the upper bound only
+# shortens Δ (at one event in the window λ⁺ ≈ 2.4 λ̂, Δ 35% shorter) and buys nothing a linear cost rewards. Any
+# fixed quantile moves to λ̂ as events accumulate (q-quantile / mean → 1); planning at λ̂ takes the same limit at
+# once. λ⁺ stays for P2's survival risk and the dashboard, where a bound, not an expectation, is wanted.
+PLAN_HAZARD_QUANTILE: float | None = None
+
+# design §2 "Estimators", §21.4: scheduled reclaims are counted per node by notice; the rate of those whose notice
+# was shorter than each edge (seconds) is kept, and a job whose final checkpoint needs C/b + T_r sees the rate at
+# that need (interpolated in log notice) as hazard: such a reclaim leaves it no time and loses what an emergency
+# loses.
+NOTICE_EDGES_S = np.array([15.0, 30.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 3840.0, 7680.0])
 
 
 CONFIRM_CHI2_1DF = 3.841  # 95% point of chi-square(1): a change at one given point, not a scan
@@ -100,6 +115,11 @@ class HazardEstimator:
         self._prof_events = np.zeros((self.n_groups, 24))  # exponentially forgotten, per group and hour
         self._prof_exposure_s = np.zeros((self.n_groups, 24))
         self._prof_t_s = -math.inf
+        # scheduled reclaims by notice (design §2 "Estimators"): events with notice < NOTICE_EDGES_S[k] and
+        # exposure, per node, forgotten exponentially with time constant window_s, as of _sched_t_s
+        self._sched_events = np.zeros((NOTICE_EDGES_S.size, n_nodes))
+        self._sched_exposure_s = np.zeros(n_nodes)
+        self._sched_t = np.array([-math.inf])
         self._cache: tuple[float, int, dict[str, np.ndarray]] | None = None
         self._version = 0
 
@@ -150,6 +170,27 @@ class HazardEstimator:
                 slot = self._slot(b)
                 if slot is not None:
                     self._exposure_s[slot] += lent_f * (hi - lo)
+        # the scheduled-reclaim rates' exposure: [t0, t1) weighted by its mean forgetting factor as of t1
+        self._decay_sched(t1_s)
+        tau = self.window_s
+        weight = tau * (1.0 - math.exp(-(t1_s - t0_s) / tau)) * math.exp(-max(self._sched_t[0] - t1_s, 0.0) / tau)
+        self._sched_exposure_s += lent_f * weight
+        self._version += 1
+
+    def _decay_sched(self, t_s: float) -> None:
+        if t_s > self._sched_t[0]:
+            if math.isfinite(self._sched_t[0]):
+                f = math.exp(-(t_s - self._sched_t[0]) / self.window_s)
+                self._sched_events *= f
+                self._sched_exposure_s *= f
+            self._sched_t[0] = t_s
+
+    def record_scheduled(self, node: int, t_s: float, notice_s: float) -> None:
+        """A scheduled reclaim of `node` announced at t_s with `notice_s` of notice (design §2 "Estimators"):
+        counted for every notice edge above `notice_s`."""
+        self._decay_sched(t_s)
+        f = math.exp(-max(self._sched_t[0] - t_s, 0.0) / self.window_s)
+        self._sched_events[notice_s < NOTICE_EDGES_S, int(node)] += f
         self._version += 1
 
     def record_departure(self, node: int, t_s: float) -> None:
@@ -166,10 +207,12 @@ class HazardEstimator:
 
     # ------------------------------------------------------------ state
     STATE_ARRAYS = ("_events", "_exposure_s", "_bucket", "_prof_events", "_prof_exposure_s")
+    # added later: a stored state without them loads with none recorded (zero counts, as a fresh estimator)
+    OPTIONAL_ARRAYS = ("_sched_events", "_sched_exposure_s", "_sched_t")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Everything the estimates depend on, as arrays (with :meth:`load_arrays`: a durable copy)."""
-        out = {name.lstrip("_"): getattr(self, name).copy() for name in self.STATE_ARRAYS}
+        out = {name.lstrip("_"): getattr(self, name).copy() for name in self.STATE_ARRAYS + self.OPTIONAL_ARRAYS}
         out["prof_t_s"] = np.array([self._prof_t_s])
         return out
 
@@ -180,6 +223,10 @@ class HazardEstimator:
             if value.shape != getattr(self, name).shape:
                 raise ValueError(f"{name}: shape {value.shape}, expected {getattr(self, name).shape}")
             setattr(self, name, value.astype(getattr(self, name).dtype, copy=True))
+        for name in self.OPTIONAL_ARRAYS:
+            value = arrays.get(name.lstrip("_"))
+            if value is not None and np.asarray(value).shape == getattr(self, name).shape:
+                setattr(self, name, np.asarray(value, dtype=float).copy())
         self._prof_t_s = float(np.asarray(arrays["prof_t_s"]).ravel()[0])
         self._cache = None
         self._version += 1
@@ -248,6 +295,8 @@ class HazardEstimator:
         out = {
             "level": level,
             "upper": upper,
+            "post_shape": shape_post,
+            "post_rate": rate,
             "shape": shape_n,
             "window_s": use[self.group] * self.bucket_s,
             "events": n_i,
@@ -277,6 +326,32 @@ class HazardEstimator:
         """Upper confidence bound λ⁺_i(t) per node; > 0 always (prior pseudo-events)."""
         e = self._estimate(t_s)
         return e["upper"] * e["shape"][:, int(t_s // HOUR_S) % 24]
+
+    def hazard_plan_per_s(self, t_s: float, quantile: float | None = PLAN_HAZARD_QUANTILE) -> np.ndarray:
+        """The hazard P1 plans Δ at (design §2 "Estimators"): the posterior mean λ̂ (``quantile`` None) or the Gamma
+        posterior's ``quantile`` (the estimator's confidence gives λ⁺), at t's hour; see PLAN_HAZARD_QUANTILE."""
+        if quantile is None:
+            return self.hazard_per_s(t_s)
+        if not 0 < quantile < 1:
+            raise ValueError("quantile must be in (0, 1) or None")
+        e = self._estimate(t_s)
+        return gammaincinv(e["post_shape"], quantile) / e["post_rate"] * e["shape"][:, int(t_s // HOUR_S) % 24]
+
+    def short_notice_rates_per_s(self, t_s: float) -> np.ndarray:
+        """(n_nodes, len(NOTICE_EDGES_S)): per node, the rate of scheduled reclaims whose notice was shorter than
+        each edge (design §2 "Estimators"), posterior means shrunk like the emergency levels — node toward its
+        group, group toward the campus — with the prior's pseudo-exposure prior_events/prior_per_s and a campus
+        prior of none (a campus that never gave a short notice has rate 0). Forgotten with time constant
+        window_s; no hour-of-day shape."""
+        f = math.exp(-max(t_s - self._sched_t[0], 0.0) / self.window_s) if math.isfinite(self._sched_t[0]) else 0.0
+        n_i, x_i = self._sched_events * f, self._sched_exposure_s * f  # (K, n), (n,)
+        e0 = self.prior_events / self.prior_per_s
+        n_g = np.stack([np.bincount(self.group, weights=row, minlength=self.n_groups) for row in n_i])  # (K, G)
+        x_g = np.bincount(self.group, weights=x_i, minlength=self.n_groups)
+        theta_c = n_g.sum(axis=1) / (x_g.sum() + e0)  # (K,)
+        theta_g = (n_g + theta_c[:, None] * e0) / (x_g[None, :] + e0)
+        theta_i = (n_i + theta_g[:, self.group] * e0) / (x_i[None, :] + e0)
+        return theta_i.T.copy()
 
     def hourly_profile_per_s(self, t_s: float) -> np.ndarray:
         """(n_nodes, 24) hourly hazard profile h_d for P2's survival (design §3)."""
@@ -391,6 +466,26 @@ class BandwidthEstimator:
     def lower_bytes_per_s(self) -> np.ndarray:
         """B⁻ = max(0, mean - z·sd) (design §2: lower confidence bound for deadline checks)."""
         return np.maximum(0.0, self._mean - self.z * np.sqrt(self._var))
+
+
+def short_notice_rate_per_s(rates_per_s: np.ndarray, need_s: np.ndarray) -> np.ndarray:
+    """Per row, the rate of scheduled reclaims with a notice shorter than ``need_s`` (design §2 "Estimators"):
+    ``rates_per_s`` (rows, len(NOTICE_EDGES_S)) as `HazardEstimator.short_notice_rates_per_s` gives them, linear in
+    log notice between the edges, proportional to the need below the first edge, the last edge's rate above it.
+    P1 adds it to λ for a job whose final checkpoint needs ``need_s`` = C/b + T_r: a reclaim with less notice
+    loses what an emergency loses."""
+    rates = np.atleast_2d(np.asarray(rates_per_s, dtype=float))
+    raw = np.broadcast_to(np.asarray(need_s, dtype=float), rates.shape[:1])
+    need = np.nan_to_num(raw, nan=0.0)
+    edges = NOTICE_EDGES_S
+    pos = np.clip(np.interp(np.log(np.maximum(need, 1e-9)), np.log(edges), np.arange(edges.size)), 0, edges.size - 1)
+    k = np.minimum(np.floor(pos).astype(np.int64), edges.size - 2)
+    frac = pos - k
+    rows = np.arange(rates.shape[0])
+    out = rates[rows, k] * (1.0 - frac) + rates[rows, k + 1] * frac
+    below = need < edges[0]
+    out = np.where(below, rates[:, 0] * np.clip(need, 0.0, None) / edges[0], out)
+    return np.where(np.isnan(raw), 0.0, out)
 
 
 def adaptivity_gap(hazard_per_s: np.ndarray, bandwidth_bytes_per_s: np.ndarray) -> float:

@@ -249,9 +249,16 @@ def plan_checkpoints(
     beta: float = 0.2,
     group: np.ndarray | None = None,
     min_interval_s: float = MIN_INTERVAL_S,
+    guaranteed_budget_bytes_per_s: float | np.ndarray | None = None,
 ) -> P1Plan:
     """design §2: allocate (Theorem 1/Lemma 2, with the floor), clip the interval (Eq. 9 and the floor), decide
     the final checkpoint.
+
+    ``guaranteed_budget_bytes_per_s`` (shaped like ``budget_bytes_per_s``; None = the budget itself): the part of
+    the budget no one can take back — the budget less the research reserve checkpoints borrow (design §4.2). The
+    shares and intervals use the whole budget; a `bound` job's transfer time T is taken at its share of the
+    guaranteed budget, since research reclaims the borrowed part within a heartbeat and the promise "no
+    interruption loses more than L_max" must hold then too (design §2 "Loss budget modes").
 
     Eq. 9 with the floor Δ_min = `min_interval_s`: Δ_i = clip(sqrt(2C_i/(λ_i b_i)), max(C_i/(β b_i), Δ_min),
     2·L_max,i); when the lower bound exceeds the upper the lower bound is used and the job is flagged
@@ -266,8 +273,10 @@ def plan_checkpoints(
         free = optimal_interval_s(lam, c, b)
         lower = np.maximum(c / (beta * b), min_interval_s)
         upper = 2.0 * jobs.loss_budget_s
-        if jobs.loss_budget_mode is not None:
-            upper = bound_mode_upper_s(jobs, b, upper)  # design §2 "Loss budget modes"
+        if jobs.loss_budget_mode is not None and np.any(np.asarray(jobs.loss_budget_mode, dtype=object) == "bound"):
+            b_sure = b if guaranteed_budget_bytes_per_s is None else allocate_checkpoint_bandwidth(
+                lam, c, guaranteed_budget_bytes_per_s, jobs.cap_bytes_per_s, group, min_interval_s=min_interval_s)
+            upper = bound_mode_upper_s(jobs, np.minimum(b_sure, b), upper)  # design §2 "Loss budget modes"
         at_risk = lower > upper
         interval = np.where(at_risk, lower, np.minimum(np.maximum(free, lower), upper))
         final = ~np.isnan(jobs.notice_s) & (c / b + jobs.restart_s <= jobs.notice_s)
@@ -315,8 +324,10 @@ def _async_intervals(
 def bound_mode_upper_s(jobs: P1Jobs, bandwidth_bytes_per_s: np.ndarray, upper_s: np.ndarray) -> np.ndarray:
     """design §2 "Loss budget modes": a `bound` job loses at most L_max to any interruption the notice does not
     cover. An emergency loses the work since the newest checkpoint already off the node: at most Δ plus the copy
-    time T = max(C/b, measured transfer). So Δ ≤ L_max − T replaces Eq. 9's 2·L_max for those jobs; when that is
-    below the interval floor the floor is used and the job is flagged `loss_budget_at_risk` (as in Eq. 9)."""
+    time T = max(C/b, measured transfer), b the job's *guaranteed* share (``plan_checkpoints`` passes its share of
+    the guaranteed budget, never of borrowed reserve). So Δ ≤ L_max − T replaces Eq. 9's 2·L_max for those jobs;
+    when that is below the interval floor the floor is used and the job is flagged `loss_budget_at_risk` (as in
+    Eq. 9)."""
     mode = np.asarray(jobs.loss_budget_mode, dtype=object)
     bound = mode == "bound"
     if not bound.any():

@@ -19,16 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.estimators import short_notice_rate_per_s
 from scheduler.p1 import MIN_INTERVAL_S, P1Jobs, optimal_interval_s, plan_checkpoints
 from scheduler.p3 import P3Flows, admit_flows_on_paths
 from scheduler.reserve import checkpoint_ceil_bytes_per_s
 from scheduler.sim.network import LINE_RATE_BYTES_PER_S, allocate
+from scheduler.sim.states import RUNNING
 
 LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoints never leave the node)
 MIN_RATE_BYTES_PER_S = 1e5
 P1_BETA = 0.2  # design §2 Eq. 9 β
 P1_MIN_INTERVAL_S = MIN_INTERVAL_S  # design §2 Δ_min: the portal's default floor
-RUNNING = 2  # engine state code (engine.FUTURE, QUEUED, RUNNING, ...)
 
 
 class ControlMixin:
@@ -62,7 +63,7 @@ class ControlMixin:
             self._remap_write(idx, plan.interval_s, self.C[idx] / b)
             return
         # node budget B_ckpt: the access link's capacity (lower bound B⁻) less the research reserve less
-        # admitted planned migrations (design §4 "pre-sync traffic uses what planned migrations leave")
+        # admitted planned migrations (design §4 "Pre-sync uses what planned migrations leave")
         af = np.zeros(self.n_links)
         for f in self.flows:
             if not np.isnan(f["shaped"]):
@@ -70,14 +71,18 @@ class ControlMixin:
         informed = pol.interval == "informed"  # P1 fed the true λ(t) and link bandwidth
         cap = self.B if informed else self.Bcap
         budget_node = np.maximum(self._ckpt_ceil(cap) - af, MIN_RATE_BYTES_PER_S)[self.access]
+        sure_node = np.maximum((1 - self.reserve_fraction) * cap - af, MIN_RATE_BYTES_PER_S)[self.access]
         lam = np.maximum(self.lam_up[nodes], 1e-12)
+        if self.sched_rates is not None and not informed:
+            lam = lam + self._short_notice_hazard(idx)
         if informed and self.lam_true is not None:
             lam = np.full(idx.size, max(self.lam_now, 1e-12))
         if pol.bandwidth_split == "p1":
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
                                 loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx],
                                 **self._async_inputs(idx, self.xfer[idx]))
-            plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes, min_interval_s=P1_MIN_INTERVAL_S)
+            plan = plan_checkpoints(jobs, budget_node, beta=P1_BETA, group=nodes, min_interval_s=P1_MIN_INTERVAL_S,
+                                    guaranteed_budget_bytes_per_s=np.minimum(sure_node, budget_node))
             b, interval = plan.bandwidth_bytes_per_s, plan.interval_s
         else:
             cnt = np.bincount(nodes, minlength=self.n_nodes)
@@ -112,6 +117,14 @@ class ControlMixin:
             self._remap_write(idx, interval, self.xfer[idx])
         else:
             self._remap(idx, interval, self.s[idx])
+
+    def _short_notice_hazard(self, idx: np.ndarray) -> np.ndarray:
+        """design §2 "Estimators": per job, the rate of scheduled reclaims on its node whose notice is shorter than
+        its final checkpoint needs, C/b + T_r at the rate `_final_fits` tests with ((1 − β)·B⁻ of the access
+        link): such a reclaim loses what an emergency loses, so P1 adds it to λ."""
+        nodes = self.node[idx]
+        b = np.maximum(self.Bcap[self.access[nodes]] * (1 - self.reserve_fraction), MIN_RATE_BYTES_PER_S)
+        return short_notice_rate_per_s(self.sched_rates[nodes], self.C[idx] / b + self.Tr[idx])
 
     def _ckpt_ceil(self, cap: np.ndarray) -> np.ndarray:
         """Per link, the checkpoint class's ceiling before admitted migrations: (1 − β)·cap with a fixed reserve;

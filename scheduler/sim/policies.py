@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from scheduler.estimators import PLAN_HAZARD_QUANTILE
 from scheduler.queue import DEFAULT_WEIGHTS, PriorityWeights
 
-# interval modes: "p1" (Eq. 9 with λ⁺, B⁻), "fixed" (fixed_interval_s), "static" (Lemma 1 at trace-wide
-# means), "tv" (Lemma 1 at trace-wide hour-of-day means: Theorem 2's state-independent policy),
+# interval modes: "p1" (Eq. 9 with λ at `plan_hazard_quantile` plus short-notice reclaims, B⁻), "fixed"
+# (fixed_interval_s), "static" (Lemma 1 at trace-wide means), "tv" (Lemma 1 at trace-wide hour-of-day means: Theorem 2's state-independent policy),
 # "informed" (P1 at the true λ(t) and bandwidth), "truth" (Lemma 1 at the true λ(t), B(t): Theorem 2's state-dependent reference),
 # "static-budget" (Lemma 1 at trace-wide means, then Eq. 9's clip: the loss budgets ReclaimNet honours),
 # "oracle" (no periodic checkpoints: one just-in-time checkpoint before each known reclaim), "local"
@@ -55,6 +56,12 @@ class Policy:
     # period (ceil B⁻ − min(R, β·B⁻) − admitted migrations) and P1 plans with that rate. False = the fixed
     # (1 − β)·B⁻ ceiling of before. TCP policies model no reserve and ignore it.
     reserve_borrow: bool = True
+    # the hazard P1 plans Δ at (design §2 "Estimators", `scheduler.estimators.PLAN_HAZARD_QUANTILE`): None = the
+    # posterior mean λ̂; a number q = the posterior q-quantile (0.95 = λ⁺, what P1 planned at before)
+    plan_hazard_quantile: float | None = PLAN_HAZARD_QUANTILE
+    # design §2 "Estimators": P1's hazard also counts scheduled reclaims whose notice is shorter than the job's final
+    # checkpoint needs (C/b + T_r at the final-checkpoint test's rate); False = emergencies only (before)
+    short_notice_hazard: bool = True
 
 
 RECLAIMNET = Policy("reclaimnet")

@@ -397,7 +397,7 @@ BASELINES: tuple[tuple[str, str, str], ...] = (
     ("ref", "static", "Young/Daly (Lemma 1) at trace-wide mean λ and bandwidth, first fit, TCP, no budgets"),
     ("ref", "static-budget", "`static` clipped by Eq. 9 to the jobs' loss budgets (same P1 call), first fit, TCP"),
     ("ref", "informed", "ReclaimNet with P1 told the true λ(t) and B(t) (hindsight rates; P2/P3 unchanged)"),
-    ("ours", "reclaimnet", "P1 (Eq. 9 at λ⁺, B⁻, Theorem 1 split) + P2 destination + P3 admission and reserve"),
+    ("ours", "reclaimnet", "P1 (Eq. 9 at λ̂ plus the short-notice rate, B⁻, Theorem 1 split) + P2 destination + P3 admission and reserve"),
 )
 BAMBOO_NOTE = ("Bamboo (the paper's 38% comparison: redundant computation across pipeline stages) is not modelled: "
                "the simulator has no pipeline-parallel jobs, so no number here stands in for it.")

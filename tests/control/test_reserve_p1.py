@@ -65,3 +65,54 @@ def test_a_bound_job_is_planned_within_its_budget() -> None:
     assert bound.checkpoint_interval_s + copy_s <= 600.0 * (1 + 1e-9)
     assert bound.checkpoint_interval_s < expected.checkpoint_interval_s
     assert not bound.loss_budget_at_risk
+
+
+def test_a_bound_jobs_copy_time_is_taken_at_the_guaranteed_budget_not_the_borrowed_one() -> None:
+    """design §2 "Loss budget modes" with §4.2: research takes its idle reserve back within a heartbeat, so the
+    bound holds at the guaranteed budget: Δ + C/(CHECKPOINT_BUDGET_FRACTION·B) ≤ L_max while the job is given (and
+    plans its share with) the borrowed 0.6·B."""
+    from portal.control.loop.ticks import p1_tick
+    from portal.core.models import Job
+
+    node, job = _setup()
+    cap = node.access_link.capacity_bytes_per_s
+    _research(node, 0.0)  # the whole reserve is idle: checkpoints borrow it
+    Job.objects.filter(pk=job.pk).update(loss_budget_s=300.0, loss_budget_mode="bound", checkpoint_interval_s=None)
+    p1_tick()
+    bound = Job.objects.get(pk=job.pk)
+    assert bound.checkpoint_bandwidth_bytes_per_s == pytest.approx(0.6 * cap)
+    # L_max − T with T at 0.3·B (not 0.6·B, which would leave 300 − C/(0.6·B))
+    assert bound.checkpoint_interval_s == pytest.approx(300.0 - 2_000_000_000 / (0.3 * cap))
+    assert not bound.loss_budget_at_risk
+
+
+def test_short_notice_scheduled_reclaims_count_as_hazard() -> None:
+    """design §2 "Estimators": scheduled reclaims whose notice is shorter than the final checkpoint needs behave as
+    emergencies, so the tick's estimator state adds their rate to λ; a one-off P1 without it plans as before."""
+    import datetime as dt
+
+    from portal.control.loop import estimates
+    from portal.control.loop.ticks import p1_tick
+    from portal.core.models import DecisionLog, Job, NodeAvailability, ReclaimEvent
+
+    node, job = _setup()
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(loss_budget_s=1e9)
+    NodeAvailability.objects.create(node=node, at=now - dt.timedelta(hours=5), state="online", lent=True)
+    for minutes in (200, 140, 80, 20):  # four reclaims with 10 s of notice in the last hours
+        at = now - dt.timedelta(minutes=minutes)
+        event = ReclaimEvent.objects.create(node=node, kind="scheduled", notice_s=10, deadline_at=at + dt.timedelta(
+            seconds=10))
+        ReclaimEvent.objects.filter(pk=event.pk).update(requested_at=at)
+
+    def plan(state: Any) -> tuple[float, float]:
+        Job.objects.filter(pk=job.pk).update(checkpoint_interval_s=None)
+        p1_tick(now, state)
+        hazard = DecisionLog.objects.filter(kind="p1", job=job).latest("pk").request["jobs"][0]["hazard_per_s"]
+        return float(Job.objects.get(pk=job.pk).checkpoint_interval_s), hazard
+
+    plain_interval, plain_hazard = plan(None)
+    state = estimates.rebuild(*estimates.campus_layout(), estimates.clock_s(now))
+    assert state.hazard.short_notice_rates_per_s(state.until_s)[state.node_index[node.pk]].max() > 0
+    interval, hazard = plan(state)
+    assert hazard > plain_hazard and interval < plain_interval

@@ -155,3 +155,38 @@ def test_the_p1_contract_takes_the_mode_and_names_a_bad_one() -> None:
     with pytest.raises(ContractError) as err:
         decide("p1", {**req, "jobs": [job | {"loss_budget_mode": "worst"}]})
     assert err.value.field == "jobs[0].loss_budget_mode"
+
+
+def test_bound_takes_the_transfer_at_the_guaranteed_share_not_the_borrowed_one() -> None:
+    """design §2 "Loss budget modes" with §4.2: research takes the borrowed reserve back within a heartbeat, so a
+    `bound` job's copy time T is C/b at its share of the guaranteed budget. 1 GB at a guaranteed 50 MB/s (T = 20 s)
+    with the reserve borrowed up to 100 MB/s (T would be 10 s): Δ ≤ 600 − 20, not 600 − 10."""
+    kw = dict(ids=("a",), hazard_per_s=np.array([1e-5]), ckpt_bytes=np.array([1e9]), loss_budget_s=np.array([600.0]),
+              loss_budget_mode=np.array(["bound"], dtype=object))
+    borrowed = plan_checkpoints(P1Jobs.build(**kw), 100e6, min_interval_s=0.0)
+    assert borrowed.interval_s[0] == pytest.approx(590.0)  # no guaranteed budget given: the whole budget is sure
+    plan = plan_checkpoints(P1Jobs.build(**kw), 100e6, min_interval_s=0.0, guaranteed_budget_bytes_per_s=50e6)
+    assert plan.interval_s[0] == pytest.approx(580.0)
+    assert plan.bandwidth_bytes_per_s[0] == pytest.approx(100e6)  # the share itself still uses what is borrowed
+    assert not plan.loss_budget_at_risk[0]
+    # an `expected` job is planned exactly as before whatever the guaranteed budget
+    exp = dict(kw, loss_budget_mode=None)
+    assert np.array_equal(plan_checkpoints(P1Jobs.build(**exp), 100e6).interval_s,
+                          plan_checkpoints(P1Jobs.build(**exp), 100e6, guaranteed_budget_bytes_per_s=50e6).interval_s)
+
+
+@SETTINGS
+@given(bound_jobs(), st.floats(0.05, 1.0))
+def test_bound_holds_when_research_takes_the_borrowed_reserve_back(case: tuple[P1Jobs, float, float],
+                                                                   sure_fraction: float) -> None:
+    """Property: every `bound` job not flagged has Δ + T ≤ L_max with T at its share of the guaranteed budget
+    (what it keeps once research reclaims what checkpoints borrowed)."""
+    jobs, budget, floor = case
+    sure = budget * sure_fraction
+    plan = plan_checkpoints(jobs, budget, min_interval_s=floor, guaranteed_budget_bytes_per_s=sure)
+    from scheduler.p1 import allocate_checkpoint_bandwidth
+
+    b_sure = allocate_checkpoint_bandwidth(jobs.hazard_per_s, jobs.ckpt_bytes, sure, min_interval_s=floor)
+    worst = plan.interval_s + np.fmax(jobs.ckpt_bytes / b_sure, jobs.transfer_s)
+    ok = ~plan.loss_budget_at_risk
+    assert np.all(worst[ok] <= jobs.loss_budget_s[ok] * (1 + 1e-9))

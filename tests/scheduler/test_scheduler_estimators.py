@@ -190,3 +190,66 @@ def test_adaptivity_gap_zero_iff_product_constant() -> None:
     assert adaptivity_gap(lam, 1e4 / lam) == pytest.approx(0.0, abs=1e-12)
     # Two equally likely epochs: λ = (1, 4), B = (1, 1): gap = sqrt(2.5 * 1) / 1.5 - 1.
     assert adaptivity_gap(np.array([1.0, 4.0]), np.array([1.0, 1.0])) == pytest.approx(np.sqrt(2.5) / 1.5 - 1)
+
+
+# --- what P1 plans with (design §2 "Estimators") -----------------------------------------------------------------
+
+def test_planning_hazard_is_the_posterior_mean_or_a_quantile_that_meets_it_as_events_accrue() -> None:
+    from scheduler.estimators import PLAN_HAZARD_QUANTILE
+
+    assert PLAN_HAZARD_QUANTILE is None  # P1's cost is linear in λ: the posterior mean minimises its expectation
+    est = HazardEstimator(4, prior_per_s=1 / 3600)
+    t = 3 * 3600.0
+    est.add_exposure(0.0, t, np.ones(4))
+    assert np.array_equal(est.hazard_plan_per_s(t), est.hazard_per_s(t))
+    assert np.allclose(est.hazard_plan_per_s(t, 0.95), est.hazard_upper_per_s(t))  # the confidence gives λ⁺
+    q50, q75 = est.hazard_plan_per_s(t, 0.5), est.hazard_plan_per_s(t, 0.75)
+    assert np.all(q50 < q75) and np.all(q75 < est.hazard_upper_per_s(t))
+    sparse = est.hazard_plan_per_s(t, 0.75) / est.hazard_per_s(t)
+    busy = HazardEstimator(4, prior_per_s=1 / 3600)
+    simulate(busy, lambda _t: 20 / 3600, hours=6, seed=3)
+    dense = busy.hazard_plan_per_s(6 * 3600.0, 0.75) / busy.hazard_per_s(6 * 3600.0)
+    assert np.all(dense < sparse) and np.all(dense < 1.15)  # evidence pulls any quantile to the mean
+    with pytest.raises(ValueError):
+        est.hazard_plan_per_s(t, 1.0)
+
+
+def test_short_notice_rates_count_scheduled_reclaims_below_each_notice_edge() -> None:
+    from scheduler.estimators import NOTICE_EDGES_S
+
+    est = HazardEstimator(4, group_of=np.array([0, 0, 1, 1]), prior_per_s=1 / 3600, window_s=6 * 3600.0)
+    assert np.all(est.short_notice_rates_per_s(0.0) == 0.0)  # nothing recorded: no short-notice hazard
+    rng = np.random.default_rng(5)
+    t = 0.0
+    while t < 24 * 3600:  # node 0: scheduled reclaims at 2/h with 90 s of notice; the others: none
+        for _ in range(rng.poisson(2 * 300 / 3600)):
+            est.record_scheduled(0, t + 150.0, 90.0)
+        est.add_exposure(t, t + 300.0, np.ones(4))
+        t += 300.0
+    rates = est.short_notice_rates_per_s(t) * 3600
+    below = NOTICE_EDGES_S <= 90.0
+    assert np.all(rates[:, below] == 0.0)  # a 90 s notice is not shorter than 60 s
+    assert rates[0, ~below].min() > 1.0 and rates[0, -1] < 3.0  # ≈ 2/h, shrunk a little toward its group
+    assert np.all(rates[1, ~below] < rates[0, ~below])  # its neighbour borrows some, the other building less
+    assert np.all(rates[2, ~below] < rates[1, ~below]) and np.all(rates[2, ~below] > 0)
+    assert np.all(np.diff(rates, axis=1) >= 0)  # cumulative in the notice
+    state = est.to_arrays()
+    again = HazardEstimator(4, group_of=np.array([0, 0, 1, 1]), prior_per_s=1 / 3600)
+    again.load_arrays(state)
+    assert np.array_equal(again.short_notice_rates_per_s(t), est.short_notice_rates_per_s(t))
+    old = {k: v for k, v in state.items() if not k.startswith("sched_")}  # a state stored before these arrays
+    older = HazardEstimator(4, group_of=np.array([0, 0, 1, 1]), prior_per_s=1 / 3600)
+    older.load_arrays(old)
+    assert np.all(older.short_notice_rates_per_s(t) == 0.0)
+
+
+def test_short_notice_rate_at_a_need_interpolates_between_the_edges() -> None:
+    from scheduler.estimators import NOTICE_EDGES_S, short_notice_rate_per_s
+
+    rates = np.tile(np.arange(1.0, NOTICE_EDGES_S.size + 1.0), (5, 1))
+    need = np.array([NOTICE_EDGES_S[2], np.sqrt(NOTICE_EDGES_S[2] * NOTICE_EDGES_S[3]), NOTICE_EDGES_S[0] / 2,
+                     1e9, np.nan])
+    got = short_notice_rate_per_s(rates, need)
+    assert got == pytest.approx([3.0, 3.5, 0.5, float(NOTICE_EDGES_S.size), 0.0])
+    grid = np.geomspace(1.0, 1e5, 200)
+    assert np.all(np.diff(short_notice_rate_per_s(np.tile(rates[0], (200, 1)), grid)) >= 0)

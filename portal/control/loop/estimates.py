@@ -3,6 +3,8 @@
 The estimates are a function of what the portal recorded, nothing else:
 
 - departures — ``ReclaimEvent`` of kind emergency, kill-switch or lost heartbeat, at ``requested_at``;
+- scheduled reclaims — ``ReclaimEvent`` of kind scheduled, at ``requested_at`` with their notice
+  ``deadline_at − requested_at`` (the short-notice rates P1 adds to λ, design §2 "Estimators");
 - node availability — ``NodeAvailability``: lent or not, from ``at`` on (the node lifecycle writes one per move);
 - bandwidth — ``BandwidthSample``: the egress an agent measured on its access link, at ``sampled_at``.
 
@@ -189,24 +191,33 @@ def advance(state: EstimatorState, until_s: float) -> list[int]:
         return []
     after, upto = from_clock_s(t0), from_clock_s(until_s)
     index = state.node_index
-    events: list[tuple[float, int, int, bool]] = []  # (time, order, node index, lent) — order 0: availability
+    # (time, order, node index, lent, number) — order 0: availability, 1: departure, 2: scheduled reclaim
+    events: list[tuple[float, int, int, bool, int]] = []
     for node_id, at, lent in NodeAvailability.objects.filter(at__gt=after, at__lte=upto).order_by("at", "id") \
             .values_list("node_id", "at", "lent"):
         if node_id in index:
-            events.append((clock_s(at), 0, index[node_id], bool(lent)))
+            events.append((clock_s(at), 0, index[node_id], bool(lent), -1))
     departed: list[int] = []
-    for node_id, at in ReclaimEvent.objects.filter(requested_at__gt=after, requested_at__lte=upto,
-                                                   kind__in=DEPARTURES).values_list("node_id", "requested_at"):
+    notices: dict[int, float] = {}  # event number → notice of a scheduled reclaim (design §2 "Estimators")
+    for node_id, at, kind, deadline in ReclaimEvent.objects.filter(
+            requested_at__gt=after, requested_at__lte=upto, kind__in=(*DEPARTURES, ReclaimKind.SCHEDULED)
+    ).values_list("node_id", "requested_at", "kind", "deadline_at"):
         if node_id in index:
-            events.append((clock_s(at), 1, index[node_id], False))
+            if kind == ReclaimKind.SCHEDULED:
+                notices[len(events)] = max(0.0, (deadline - at).total_seconds())
+                events.append((clock_s(at), 2, index[node_id], False, len(events)))
+            else:
+                events.append((clock_s(at), 1, index[node_id], False, -1))
     events.sort(key=lambda e: (e[0], e[1]))
     now_s = t0
-    for t_s, kind, i, lent in events:
+    for t_s, kind, i, lent, number in events:
         if t_s > now_s:
             state.hazard.add_exposure(now_s, t_s, _padded(state.lent, state.hazard.n_nodes))
             now_s = t_s
         if kind == 0:
             state.lent[i] = lent
+        elif kind == 2:
+            state.hazard.record_scheduled(i, t_s, notices[number])
         else:
             state.hazard.record_departure(i, t_s)
             departed.append(i)

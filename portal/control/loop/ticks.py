@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from portal.control.config import rn
 from portal.control.link import commands, presence
-from portal.control.loop.estimates import EstimatorCache, update_estimates
+from portal.control.loop.estimates import EstimatorCache, EstimatorState, update_estimates
 from portal.control.loop.loans import loans_tick
 from portal.control.loop.windows import start_window_ends
 from portal.control.models import (
@@ -38,7 +38,7 @@ from portal.control.reclaim.apply import (
     release,
 )
 from portal.control.reclaim.lifecycle import START_TIMEOUT_S
-from portal.control.reclaim.plan import recovery_rate
+from portal.control.reclaim.plan import migration_budget, recovery_rate
 from portal.control.reclaim.workflow import (
     MAX_RESTORE_FAILURES,
     issue_transfer,
@@ -68,6 +68,7 @@ from portal.core.models import (
     DecisionLog,
     Job,
     LendingWindow,
+    LinkEstimate,
     Migration,
     MigrationMode,
     Node,
@@ -76,6 +77,7 @@ from portal.core.models import (
 )
 from portal.core.services.nodes import ACCESS_LINK_DEFAULT_BYTES_PER_S
 from portal.queue import placement as queue_placement
+from scheduler.estimators import PLAN_HAZARD_QUANTILE, short_notice_rate_per_s
 from scheduler.p1 import P1Jobs, plan_checkpoints
 from scheduler.p2 import select_destination, survival
 from scheduler.reserve import borrowable_reserve_bytes_per_s
@@ -174,7 +176,32 @@ def _borrowable_reserve(nodes: np.ndarray, link_of: dict[int, int | None], capac
     return np.asarray(borrowable_reserve_bytes_per_s(reserve, research), dtype=float)
 
 
-def p1_tick(now: dt.datetime | None = None) -> int:
+def _short_notice_hazard(estimators: EstimatorState | None, node_of: np.ndarray, link_of: np.ndarray,
+                         capacity: np.ndarray, ckpt_bytes: np.ndarray, restart_s: np.ndarray) -> np.ndarray:
+    """Per job, the rate of scheduled reclaims on its node whose notice is shorter than its final checkpoint needs
+    (design §2 "Estimators"): C/b + T_r with b the migration budget of its access link's B⁻ (its ``capacity``
+    before the link has an estimate), as the reclaim planner tests it. 0 without the estimator state (a one-off
+    call) or where no short notice was recorded; one statement (the links' B⁻) otherwise."""
+    out = np.zeros(node_of.size)
+    if estimators is None or not node_of.size:
+        return out
+    index = estimators.node_index
+    known = np.array([int(n) in index for n in node_of])
+    if not known.any():
+        return out
+    rates = estimators.hazard.short_notice_rates_per_s(estimators.until_s)[
+        [index.get(int(n), 0) for n in node_of]]
+    if not (rates[known] > 0).any():
+        return out
+    lower = dict(LinkEstimate.objects.filter(link_id__in={int(x) for x in link_of if x is not None})
+                 .values_list("link_id", "lower_bytes_per_s"))
+    rate = np.array([max(1.0, migration_budget(lower.get(link) or cap)) for link, cap in zip(link_of, capacity,
+                                                                                             strict=True)])
+    need = ckpt_bytes / rate + restart_s
+    return np.where(known, short_notice_rate_per_s(rates, need), 0.0)
+
+
+def p1_tick(now: dt.datetime | None = None, estimators: EstimatorState | None = None) -> int:
     """P1 for every running job at once (design §2): each source node's checkpoint budget is split among its
     jobs by the cube-root rule (``plan_checkpoints`` with one group per node), and intervals that moved by more
     than INTERVAL_CHANGE since the one stored on the job (the one its agent was last told: ``start_job`` carries
@@ -183,6 +210,10 @@ def p1_tick(now: dt.datetime | None = None) -> int:
     B_ckpt of a node = CHECKPOINT_BUDGET_FRACTION × its access link's capacity (the share set aside for
     checkpoints, stable from tick to tick), minus the rates of planned migrations leaving it (pre-sync uses
     what migrations leave, design §4).
+
+    λ (design §2 "Estimators"): the node's hazard at ``scheduler.estimators.PLAN_HAZARD_QUANTILE`` — the λ̂ rows
+    when it is None (the posterior mean), the λ⁺ rows otherwise — plus, with ``estimators`` (the tick's estimator
+    state), the rate of scheduled reclaims whose notice is shorter than the job's final checkpoint needs.
     """
     rows = list(Placement.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING).order_by()
                 .annotate(newest_bytes=newest_checkpoint_bytes("job_id"), stall_s=_newest_async_stall_s(),
@@ -203,12 +234,18 @@ def p1_tick(now: dt.datetime | None = None) -> int:
     capacity = np.array([capacity_of[int(n)] for n in nodes])
     budget = np.maximum(0.01 * capacity, rn("CHECKPOINT_BUDGET_FRACTION") * capacity
                         - np.array([leaving.get(int(n), 0.0) for n in nodes]))
+    guaranteed = budget  # a `bound` job's transfer time is taken at this (design §2 "Loss budget modes")
     budget = budget + _borrowable_reserve(nodes, {r[1]: r[12] for r in rows}, capacity)  # design §4 work-conserving
     hour = timezone.localtime(now or timezone.now()).hour
-    hazard_of_node = hazard_upper_by_hour(nodes.tolist(), {r[1]: r[8] for r in rows}, hour=hour)
+    hazard_of_node = hazard_upper_by_hour(nodes.tolist(), {r[1]: r[8] for r in rows}, hour=hour,
+                                          upper=PLAN_HAZARD_QUANTILE is not None)
+    ckpt_bytes = np.array([float(r[6] if r[6] is not None else r[7]) for r in rows])
+    hazard = hazard_of_node[group] + _short_notice_hazard(
+        estimators, node_of, np.array([r[12] for r in rows]), capacity[group], ckpt_bytes,
+        np.array([float(r[2]) for r in rows]))
     p1_jobs = P1Jobs.build(
-        ids=tuple(str(j) for j in job_ids), hazard_per_s=hazard_of_node[group],
-        ckpt_bytes=np.array([float(r[6] if r[6] is not None else r[7]) for r in rows]),
+        ids=tuple(str(j) for j in job_ids), hazard_per_s=hazard,
+        ckpt_bytes=ckpt_bytes,
         loss_budget_s=np.array([r[3] or np.inf for r in rows]), restart_s=np.array([r[2] for r in rows]),
         # design §2 "Asynchronous snapshots": None when no job snapshots (the synchronous plan, bit for bit)
         stall_s=np.array([np.nan if r[9] is None else r[9] for r in rows]) if any(r[9] is not None for r in rows)
@@ -219,7 +256,7 @@ def p1_tick(now: dt.datetime | None = None) -> int:
         else None,
     )
     plan = plan_checkpoints(p1_jobs, budget, rn("BETA"), group=group,
-                            min_interval_s=rn("MIN_CHECKPOINT_INTERVAL_S"))
+                            min_interval_s=rn("MIN_CHECKPOINT_INTERVAL_S"), guaranteed_budget_bytes_per_s=guaranteed)
     sent = np.array([r[4] if r[4] else np.nan for r in rows])
     with np.errstate(invalid="ignore"):
         changed = ~(np.abs(plan.interval_s - sent) <= INTERVAL_CHANGE * sent)
@@ -242,7 +279,7 @@ def p1_tick(now: dt.datetime | None = None) -> int:
             logs.append(DecisionLog(kind="p1", job_id=job_ids[k], request={
                 "budget_bytes_per_s": float(budget[g]), "beta": rn("BETA"), "node": int(nodes[g]),
                 "min_interval_s": rn("MIN_CHECKPOINT_INTERVAL_S"),
-                "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard_of_node[g]),
+                "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard[i]),
                           "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]), "loss_budget_s": rows[i][3],
                           "restart_s": rows[i][2], "stall_s": rows[i][9], "transfer_s": rows[i][10]}
                          for i in node_jobs]},
@@ -485,7 +522,8 @@ def control_tick(now: dt.datetime | None = None, context: TickContext | None = N
         if not locked:
             return {"skipped": 1}
     try:
-        update_estimates(now, context.estimators if context is not None else None)
+        estimators = context.estimators if context is not None else EstimatorCache()
+        update_estimates(now, estimators)
         due = pending_steps()
         started = context.started_monotonic if context is not None else -math.inf
         lost = detect_lost_heartbeats(started, now) if due["lost"] else []
@@ -493,7 +531,7 @@ def control_tick(now: dt.datetime | None = None, context: TickContext | None = N
         if due["deadlines"]:
             enforce_due_deadlines()
         expired = expire_transfers() if due["transfers"] else 0
-        changed = p1_tick(now)
+        changed = p1_tick(now, estimators.state)
         if due["moves"] or due["starts"]:
             expire_starts()
         loans_tick(now)  # the idle watchdog and the loan timer (design §15): releases free GPUs before placement
