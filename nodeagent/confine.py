@@ -532,6 +532,8 @@ def own_cgroups(proc_cgroup_file: Path = Path("/proc/self/cgroup")) -> tuple[dic
             parts = line.split(":", 2)
             if len(parts) != 3:
                 continue
+            if ".." in parts[2].split("/"):
+                continue  # outside our cgroup namespace's root ("/../.."): never a path under the mount
             if parts[0] == "0" and parts[1] == "":
                 v2 = parts[2]
             for controller in parts[1].split(","):
@@ -540,9 +542,14 @@ def own_cgroups(proc_cgroup_file: Path = Path("/proc/self/cgroup")) -> tuple[dic
     return v1, v2
 
 
+DELEGATED_ENV = "RECLAIMNET_AGENT_DELEGATED"  # set by the shipped unit beside Delegate=yes (design §19.6)
+
+
 def under_systemd_service() -> bool:
-    """Whether systemd started this process as (part of) a unit: it sets ``INVOCATION_ID`` for every unit."""
-    return bool(os.environ.get("INVOCATION_ID"))
+    """Whether the unit that started this agent delegated its cgroup to it: the shipped unit says so explicitly
+    (``Environment=RECLAIMNET_AGENT_DELEGATED=1`` beside ``Delegate=yes``). ``INVOCATION_ID`` is not enough: every
+    process under any unit inherits it (a CI runner, a terminal in a user session), delegated or not."""
+    return os.environ.get(DELEGATED_ENV, "") == "1"
 
 
 def detect(mode: str, parent: str, mounts_file: Path = Path("/proc/self/mounts"), *, delegated: bool = False,
@@ -695,14 +702,29 @@ class UserPolicy:
 
 def chown_tree(root: Path, uid: int, gid: int) -> None:
     """Own ``root`` and everything under it by ``uid``:``gid`` without following links (a job may plant a link
-    to a file it must not own)."""
-    if not root.exists():
+    to a file it must not own, or swap a directory for a link while the walk runs).
+
+    The walk goes by directory descriptors (``os.fwalk``: each directory opened relative to its parent's
+    descriptor and checked to be the directory that was listed) and every entry is changed relative to its
+    directory's descriptor without following it, so no path is ever resolved through a name a job controls.
+    Handing a tree to a job, ``root`` changes owner last (no job may rename inside it while the walk runs);
+    taking one back, first (the job loses it before the walk)."""
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
         return
-    os.chown(root, uid, gid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in dirnames + filenames:
-            with contextlib.suppress(FileNotFoundError):
-                os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+    try:
+        taking_back = uid == os.geteuid()
+        if taking_back:
+            os.fchown(root_fd, uid, gid)
+        for _dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
+            for name in dirnames + filenames:
+                with contextlib.suppress(FileNotFoundError):
+                    os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        if not taking_back:
+            os.fchown(root_fd, uid, gid)
+    finally:
+        os.close(root_fd)
 
 
 # --- the agent's side ---------------------------------------------------------------------------------------------
@@ -797,13 +819,17 @@ class Confiner:
                    pids_max=config.job_pids_max)
 
     def limits_for(self, gpus: list[int], memory_bytes: Any = None, cpu_cores: Any = None) -> Limits:
-        """The job's limits: what its start command asks (``memory_bytes``, ``cpu_cores``) when valid, else the
-        agent's per-GPU defaults times its GPU count (at least one)."""
+        """The job's limits (design §19.2): the node's per-GPU defaults times its GPU count (at least one), lowered
+        to what the start command asks (``memory_bytes``, ``cpu_cores``) when that is valid and smaller — a job
+        may ask for less than the owner lends per GPU, never more. A node without a default takes the request
+        as it is (the portal refuses requests under 256 MiB; the agent's own defaults may be smaller)."""
         per = max(1, len(gpus))
-        mem = int(memory_bytes) if _positive(memory_bytes) and float(memory_bytes).is_integer() else (
-            self.memory_bytes_per_gpu * per if self.memory_bytes_per_gpu else None)
-        cpu = float(cpu_cores) if _positive(cpu_cores) else (
-            self.cpu_cores_per_gpu * per if self.cpu_cores_per_gpu else None)
+        node_mem = self.memory_bytes_per_gpu * per if self.memory_bytes_per_gpu else None
+        node_cpu = self.cpu_cores_per_gpu * per if self.cpu_cores_per_gpu else None
+        asked_mem = int(memory_bytes) if _positive(memory_bytes) and float(memory_bytes).is_integer() else None
+        asked_cpu = float(cpu_cores) if _positive(cpu_cores) else None
+        mem = min((v for v in (node_mem, asked_mem) if v is not None), default=None)
+        cpu = min((v for v in (node_cpu, asked_cpu) if v is not None), default=None)
         return Limits(memory_bytes=mem, cpu_cores=cpu, pids_max=self.pids_max, gpus=tuple(gpus))
 
     def sweep(self) -> list[str]:

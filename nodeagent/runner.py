@@ -44,9 +44,10 @@ def _die_with_parent() -> None:
 
 def _drop_ambient_capabilities() -> None:
     """In the child: clear the ambient capabilities the agent's unit grants it for tc and BPF (design §18), so a
-    job never inherits CAP_NET_ADMIN, CAP_BPF or CAP_SYS_ADMIN across its exec."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    job never inherits CAP_NET_ADMIN, CAP_BPF or CAP_SYS_ADMIN across its exec. Fails closed: if the set cannot
+    be cleared the start fails (the exec never happens) rather than run a job with the agent's capabilities."""
+    if ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "could not clear the ambient capabilities")
 
 
 def _child_setup(kill_with_agent: bool, confinement: JobConfinement | None = None) -> Callable[[], None]:

@@ -69,12 +69,42 @@ def _hold_signals(held: list[int]) -> None:
         signal.signal(signum, lambda sig, frame: held.append(sig))
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Orphans of this process's children are re-parented to it, not to init, so they stay its descendants."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is on ``pid``'s parent chain (a running, non-zombie process only)."""
+    for _ in range(64):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if state == "Z":
+            return False
+        pid = int(ppid)
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
 class Services:
     """The run's private PostgreSQL cluster and redis-server in a temporary work directory of its own. Stopped by
     their own PIDs only (``pg_ctl -D`` of its data directory, then the postmaster PID it recorded; the
     redis-server this object started), never by name; :meth:`stop` may be called at any point of :meth:`start`."""
 
     def __init__(self) -> None:
+        _become_subreaper()  # an orphan of ours (an initdb whose runuser died) stays our descendant
         self.workdir = Path(tempfile.mkdtemp(prefix="reclaimnet-chaos-"))
         self.pg = harness.PrivatePostgres(self.workdir / "pg")
         self.redis = harness.PrivateRedis(self.workdir / "redis")
@@ -100,13 +130,14 @@ class Services:
         return False
 
     def _started_here(self) -> list[int]:
-        """PIDs of processes still running with this run's (unique, mkdtemp) work directory in their command line:
-        only this run starts those (an interrupted ``initdb`` or ``pg_ctl``)."""
-        mark, out = str(self.workdir).encode(), []
+        """PIDs of this process's descendants still running with this run's (unique, mkdtemp) work directory in
+        their command line (an interrupted ``initdb`` or ``pg_ctl``). Only descendants: a person's ``tail -f`` on
+        the kept logs names the directory too, and is not ours to end."""
+        mark, me, out = str(self.workdir).encode(), os.getpid(), []
         for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and int(entry.name) != os.getpid():
+            if entry.name.isdigit() and int(entry.name) != me:
                 with contextlib.suppress(OSError):
-                    if mark in (entry / "cmdline").read_bytes():
+                    if mark in (entry / "cmdline").read_bytes() and _descends_from(int(entry.name), me):
                         out.append(int(entry.name))
         return out
 
@@ -132,7 +163,15 @@ class Services:
             deadline = time.monotonic() + 10
             while self._ours(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-        for pid in self._started_here():  # e.g. an initdb whose runuser was killed under it: by its own PID
+        left = self._started_here()  # e.g. an initdb whose runuser was killed under it: by its own PID
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = [pid for pid in left if _descends_from(pid, os.getpid())]
+        for pid in left:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         if keep:

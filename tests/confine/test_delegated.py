@@ -80,7 +80,7 @@ UNIT_CAPS = "setuid,setgid,chown,fowner,dac_override,kill"  # SWITCH_USER_CAPABI
 
 def test_a_non_root_agent_with_the_units_capabilities_confines_a_job_as_nobody(space: Path) -> None:
     """What the shipped unit sets up, without systemd: uid ``daemon`` holding only the unit's confinement
-    capabilities (ambient, no new privileges), its process in a cgroup chowned to it, ``INVOCATION_ID`` set. The
+    capabilities (ambient, no new privileges), its process in a cgroup chowned to it, ``RECLAIMNET_AGENT_DELEGATED=1``. The
     job must run as nobody with no capability, in ``<that cgroup>/jobs/job-1``; the agent must read its 0700
     directories, stop and kill it, remove its orphan temporary and take its directories back."""
     v1, _ = cgroup_mounts()
@@ -108,7 +108,7 @@ def test_a_non_root_agent_with_the_units_capabilities_confines_a_job_as_nobody(s
     try:
         done = subprocess.run(["sh", "-c", f"{enter}; exec {setpriv} {sys.executable} {agent} {space} '{job}'"],
                               capture_output=True, text=True, timeout=60,
-                              env={"INVOCATION_ID": "test", "PATH": "/usr/bin:/bin", "HOME": "/"})
+                              env={"RECLAIMNET_AGENT_DELEGATED": "1", "PATH": "/usr/bin:/bin", "HOME": "/"})
         assert done.returncode == 0, done.stderr[-3000:]
         seen = json.loads(done.stdout.strip().splitlines()[-1])
     finally:

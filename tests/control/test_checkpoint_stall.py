@@ -69,6 +69,7 @@ async def test_stall_and_transfer_reach_the_checkpoint_and_p1() -> None:
     log = await db(DecisionLog.objects.filter(kind="p1", job=job).latest)("pk")
     mine = next(j for j in log.request["jobs"] if j["id"] == job.pk)
     assert (mine["stall_s"], mine["transfer_s"]) == (0.25, 700.0)
+    assert mine["loss_budget_mode"] == job.loss_budget_mode  # the log replays as the p1 request it was
 
     await a.send({"type": "transfer_sent", "transfer_id": send["transfer_id"], "ok": True, "attempts": 1,
                   "elapsed_s": -1.0, "errors": []})

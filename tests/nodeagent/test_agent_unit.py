@@ -80,6 +80,8 @@ def test_parser_keeps_repeated_keys_and_resets_on_empty() -> None:
 
 def test_unit_delegates_its_cgroup_and_leaves_the_cgroup_fs_writable(unit: dict[str, dict[str, list[str]]]) -> None:
     assert last(unit, "Delegate").lower() in TRUE
+    # the agent trusts the delegation only when the unit says so (INVOCATION_ID is inherited by any process)
+    assert "RECLAIMNET_AGENT_DELEGATED=1" in unit["Service"].get("Environment", [])
     assert last(unit, "ProtectControlGroups", "no").lower() not in (*TRUE, "strict", "private")
     assert last(unit, "PrivateUsers", "no").lower() not in TRUE  # the job users must exist in the agent's view
     assert last(unit, "DynamicUser", "no").lower() not in TRUE
@@ -117,14 +119,14 @@ def _tree(root: Path, files: dict[str, str]) -> None:
 
 def test_delegated_v2_agent_moves_into_a_leaf_and_makes_jobs_beside_it(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the unit (INVOCATION_ID set, cgroup_parent unset) on v2: the unit's cgroup, never the mount root."""
+    """Under the unit (RECLAIMNET_AGENT_DELEGATED=1, cgroup_parent unset) on v2: the unit's cgroup, never the mount root."""
     cg, own = tmp_path / "cg2", "system.slice/reclaimnet-agent.service"
     _tree(cg, {"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "",
                f"{own}/cgroup.controllers": "cpu memory pids", f"{own}/cgroup.subtree_control": "",
                f"{own}/cgroup.procs": ""})
     (tmp_path / "mounts").write_text(f"cgroup2 {cg} cgroup2 rw 0 0\n")
     (tmp_path / "cgroup").write_text(f"0::/{own}\n")
-    monkeypatch.setenv("INVOCATION_ID", "0123")
+    monkeypatch.setenv("RECLAIMNET_AGENT_DELEGATED", "1")
     confiner = Confiner(data_dir=tmp_path / "data", job_user="", mounts_file=tmp_path / "mounts",
                         proc_cgroup_file=tmp_path / "cgroup")
     backend = confiner.backend
@@ -161,7 +163,7 @@ def test_outside_systemd_the_layout_is_unchanged(tmp_path: Path, monkeypatch: py
     _tree(cg, {"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": ""})
     (tmp_path / "mounts").write_text(f"cgroup2 {cg} cgroup2 rw 0 0\n")
     (tmp_path / "cgroup").write_text("0::/user.slice/session-1.scope\n")
-    monkeypatch.delenv("INVOCATION_ID", raising=False)
+    monkeypatch.delenv("RECLAIMNET_AGENT_DELEGATED", raising=False)
     confiner = Confiner(data_dir=tmp_path / "data", job_user="", mounts_file=tmp_path / "mounts",
                         proc_cgroup_file=tmp_path / "cgroup")
     assert confiner.backend is not None and confiner.backend.parent_dirs()[0].parent == cg / "reclaimnet"

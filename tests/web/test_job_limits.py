@@ -199,16 +199,21 @@ def test_start_on_leaves_out_a_limit_the_job_did_not_set(campus: Campus) -> None
     assert "memory_bytes" not in only_cpu and only_cpu["cpu_cores"] == 2.0
 
 
-def test_the_agent_takes_the_limits_as_the_portal_sends_them(tmp_path: Any) -> None:
-    """``Confiner.limits_for`` keeps what the start command carries (an int-like float too), else the defaults."""
+def test_the_agent_lowers_its_defaults_to_a_request_and_never_raises_them(tmp_path: Any) -> None:
+    """``Confiner.limits_for`` (design §19.2): a request below the node's per-GPU default is kept (an int-like float
+    too), one above is capped at it (a job never takes more than the owner lends), none or a bad one is the
+    default; a node without defaults takes the request as it is."""
     from nodeagent.confine import Confiner
 
-    confiner = Confiner(data_dir=tmp_path, mode="off", memory_bytes_per_gpu=GIB, cpu_cores_per_gpu=2.0)
-    asked = confiner.limits_for([0, 1], 24 * GIB, 6.0)
-    assert (asked.memory_bytes, asked.cpu_cores) == (24 * GIB, 6.0)
-    assert confiner.limits_for([0], float(8 * GIB), 3).memory_bytes == 8 * GIB
-    assert confiner.limits_for([0], float(8 * GIB), 3).cpu_cores == 3.0
+    confiner = Confiner(data_dir=tmp_path, mode="off", memory_bytes_per_gpu=8 * GIB, cpu_cores_per_gpu=4.0)
+    asked = confiner.limits_for([0, 1], 12 * GIB, 6.0)
+    assert (asked.memory_bytes, asked.cpu_cores) == (12 * GIB, 6.0)
+    assert confiner.limits_for([0], float(2 * GIB), 3).memory_bytes == 2 * GIB
+    over = confiner.limits_for([0], 64 * GIB, 32.0)
+    assert (over.memory_bytes, over.cpu_cores) == (8 * GIB, 4.0)
     defaults = confiner.limits_for([0, 1])
-    assert (defaults.memory_bytes, defaults.cpu_cores) == (2 * GIB, 4.0)
+    assert (defaults.memory_bytes, defaults.cpu_cores) == (16 * GIB, 8.0)
     bad = confiner.limits_for([0], 1.5, True)
-    assert (bad.memory_bytes, bad.cpu_cores) == (GIB, 2.0)
+    assert (bad.memory_bytes, bad.cpu_cores) == (8 * GIB, 4.0)
+    unlimited = Confiner(data_dir=tmp_path / "u", mode="off").limits_for([0], 64 * GIB, 32.0)
+    assert (unlimited.memory_bytes, unlimited.cpu_cores) == (64 * GIB, 32.0)

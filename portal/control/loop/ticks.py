@@ -281,7 +281,8 @@ def p1_tick(now: dt.datetime | None = None, estimators: EstimatorState | None = 
                 "min_interval_s": rn("MIN_CHECKPOINT_INTERVAL_S"),
                 "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard[i]),
                           "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]), "loss_budget_s": rows[i][3],
-                          "restart_s": rows[i][2], "stall_s": rows[i][9], "transfer_s": rows[i][10]}
+                          "restart_s": rows[i][2], "stall_s": rows[i][9], "transfer_s": rows[i][10],
+                          "loss_budget_mode": rows[i][11]}
                          for i in node_jobs]},
                 response={"jobs": [{"id": job_ids[i], "bandwidth_bytes_per_s": float(plan.bandwidth_bytes_per_s[i]),
                                     "interval_s": float(plan.interval_s[i]),
