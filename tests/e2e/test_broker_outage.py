@@ -86,7 +86,9 @@ def outage(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, A
     redis.start()
     restore_broker = harness.use_broker(redis.url)
     with django_db_blocker.unblock():
-        st = harness.Stack(workdir, database_url, redis.url, heartbeat_timeout_s=60.0)
+        # no periodic control tick: one the worker had already taken when Redis stops would place the job
+        # the outage test submits (ticks place queued jobs too); here only the outbox's tasks may
+        st = harness.Stack(workdir, database_url, redis.url, heartbeat_timeout_s=60.0, control_period_s=3600.0)
         nodes = harness.make_campus([("ro-a", "A"), ("ro-b", "B")], gpus_per_node=1)
         sims = RecordingAgents("", {})
         try:
