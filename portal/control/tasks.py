@@ -84,10 +84,11 @@ def place_queued() -> int:
 @shared_task(name=Task.RUN_RECLAIM, ignore_result=True, **RETRY)
 def run_reclaim(reclaim_id: int) -> str:
     """Plan a reclaim once; a scheduled one also queues its deadline (durable in the outbox; the tick
-    re-checks due deadlines too)."""
+    re-checks due deadlines too). An emergency's kill-switch is committed first, before the allocation lock."""
+    sent = reclaim_flow.send_kill_switch_first(reclaim_id)
     with transaction.atomic():
         lock_allocation()
-        return reclaim_flow.run_reclaim(reclaim_id)
+        return reclaim_flow.run_reclaim(reclaim_id, kill_switch_sent=sent)
 
 
 @shared_task(name=Task.ENFORCE_DEADLINE, ignore_result=True, **RETRY)

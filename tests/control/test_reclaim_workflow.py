@@ -323,6 +323,40 @@ async def test_killswitch_fires_at_the_deadline_even_if_recovery_fails(monkeypat
     await b.close()
 
 
+async def test_emergency_kill_switch_is_committed_before_the_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An emergency frees the provider's machine first: its kill-switch is committed on its own, so a recovery
+    that raises (and rolls back, to be retried) has already sent it; the retry recovers the job once."""
+    from portal.control import tasks
+    from portal.control.models import AgentCommand
+    from portal.control.reclaim import apply as reclaims
+    from portal.core.models import Migration, ReclaimEvent
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    holder, b = await _online("holder", "A", 9002)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 4, holder)
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("recovery failed")
+
+    monkeypatch.setattr(reclaims, "recover_from_replica", broken)
+    reclaim = await db(request_reclaim)(src, None, 0.0)  # the inline relay runs run_reclaim, which raises
+    ks = await a.expect("killswitch")
+    assert ks["engaged"] and ks["stop_jobs"] and ks["reclaim_id"] == reclaim.pk
+    assert (await db(ReclaimEvent.objects.get)(pk=reclaim.pk)).finished_at is None
+    assert await db(Migration.objects.filter(job=job).count)() == 0  # the recovery rolled back
+    monkeypatch.undo()
+    assert await db(tasks.run_reclaim.run)(reclaim.pk) == "degraded"
+    sent = AgentCommand.objects.filter(node=src, kind="killswitch")
+    before = await db(sent.count)()
+    assert await db(tasks.run_reclaim.run)(reclaim.pk) == "already planned"
+    assert await db(sent.count)() == before  # a redelivery sends nothing more
+    assert await db(Migration.objects.filter(job=job).count)() == 1
+    await a.close()
+    await b.close()
+
+
 async def test_a_node_declared_lost_is_not_live_even_with_its_session_open() -> None:
     from portal.core.campus import live_node_pks as live_nodes
     from portal.core.lifecycle import nodes as node_lifecycle

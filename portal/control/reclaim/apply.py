@@ -20,6 +20,7 @@ from portal.control.models import (
     MigrationPhase,
     MigrationWork,
     ReclaimPhase,
+    ReclaimWork,
     Transfer,
     TransferState,
 )
@@ -69,10 +70,11 @@ def _set_outcome(reclaim: ReclaimEvent, outcome: str, detail: str = "", finished
     ReclaimEvent.objects.filter(pk=reclaim.pk, finished_at__isnull=True).update(**fields)
 
 
-def run_reclaim(reclaim_id: int, now: dt.datetime | None = None) -> str:
+def run_reclaim(reclaim_id: int, now: dt.datetime | None = None, kill_switch_sent: bool = False) -> str:
     """Start the workflow of a reclaim the provider requested (or a lost node), exactly once.
 
-    ``now`` (default: the clock) is when the plan is made; the notice left is the deadline minus ``now``."""
+    ``now`` (default: the clock) is when the plan is made; the notice left is the deadline minus ``now``.
+    ``kill_switch_sent``: :func:`send_kill_switch_first` has already engaged an emergency's kill-switch."""
     with transaction.atomic():
         reclaim = ReclaimEvent.objects.select_related("node").get(pk=reclaim_id)
         scheduled = reclaim.kind in NOTICE_KINDS
@@ -81,18 +83,42 @@ def run_reclaim(reclaim_id: int, now: dt.datetime | None = None) -> str:
                                        deadline_at=reclaim.deadline_at if scheduled else None):
             return "already planned"
         node = reclaim.node
-        result = _plan_scheduled(reclaim, now or timezone.now()) if scheduled else _emergency(reclaim)
+        result = (_plan_scheduled(reclaim, now or timezone.now()) if scheduled
+                  else _emergency(reclaim, kill_switch_sent))
         # After the plan: its commands to the agent are pushed first (after-commit callbacks run in order).
         publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "reclaim",
                              reclaim_id=reclaim.pk, node_id=node.pk, kind=reclaim.kind, notice_s=reclaim.notice_s)
         return result
 
 
-def _emergency(reclaim: ReclaimEvent) -> str:
+def _kills_at_once(kind: str) -> bool:
+    """Reclaims whose node is the provider's at once (τ = 0). A silent node (heartbeat lost) is not the
+    provider's yet: its jobs are recovered elsewhere, its agent is not told anything."""
+    return kind not in NOTICE_KINDS and kind != ReclaimKind.HEARTBEAT_LOST
+
+
+def send_kill_switch_first(reclaim_id: int) -> bool:
+    """Engage the node's kill-switch for a still-unplanned emergency reclaim, committed on its own before the
+    recovery is planned (call it outside any transaction): the provider's machine is freed in the time of one
+    short transaction, not after the allocation lock and the bookkeeping (design §9.10). True if it was sent.
+
+    A redelivered task finds the step claimed and sends nothing. One that runs again after its recovery rolled
+    back sends it again: the newer command supersedes the older if unacked, and engaging twice is harmless."""
+    reclaim = ReclaimEvent.objects.filter(pk=reclaim_id).values("kind", "node_id", "finished_at").first()
+    if reclaim is None or reclaim["finished_at"] is not None or not _kills_at_once(reclaim["kind"]):
+        return False
+    if ReclaimWork.objects.filter(reclaim_id=reclaim_id).exclude(phase=ReclaimPhase.REQUESTED).exists():
+        return False  # planned already: this is a redelivery
+    with transaction.atomic():
+        commands.send(reclaim["node_id"], "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim_id)
+    return True
+
+
+def _emergency(reclaim: ReclaimEvent, kill_switch_sent: bool = False) -> str:
     """τ = 0 (emergency, kill-switch, lost heartbeat): stop everything on the node now, resume every job from
     its freshest pre-synced replica as the plan says (design §1, §3)."""
     node = reclaim.node
-    if reclaim.kind != ReclaimKind.HEARTBEAT_LOST:  # a silent node is not the provider's yet: stop jobs only
+    if _kills_at_once(reclaim.kind) and not kill_switch_sent:
         commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
     jobs = _jobs_on(node.pk)
     moving = MigrationWork.objects.filter(migration__source=node, phase=MigrationPhase.CHECKPOINTING).exists()
