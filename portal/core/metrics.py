@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from portal.control.models import LinkCounter
-from portal.core.services.summary import DEFINITIONS, utilization_summary
+from portal.core.services.summary import DEFINITIONS, shared_utilization_summary
 from portal.env import env_str
 
 
@@ -29,7 +29,7 @@ class CampusCollector:
     """Collects the campus summary on every scrape."""
 
     def collect(self) -> Iterator[Metric]:
-        summary = utilization_summary()
+        summary = shared_utilization_summary()
         nodes = GaugeMetricFamily("reclaimnet_nodes", "Nodes by lifecycle state", labels=["state"])
         for state, count in summary["nodes_by_state"].items():
             nodes.add_metric([state], count)

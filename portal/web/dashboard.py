@@ -10,7 +10,6 @@ Queries and arithmetic live here and in the campus read model (``portal.core.cam
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,15 +17,13 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
-from django.conf import settings
-from django.core.cache import cache
 from django.db.models import Avg, Count, Q, Sum
 from django.db.models.functions import ExtractHour
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from portal.core import campus
+from portal.core import campus, snapshots
 from portal.core.lifecycle.jobs import JobState
 from portal.core.models import (
     BandwidthSample,
@@ -39,7 +36,7 @@ from portal.core.models import (
     ReclaimKind,
     ResearchGroup,
 )
-from portal.core.services.summary import DEFINITIONS, utilization_summary, window_summary
+from portal.core.services.summary import DEFINITIONS, shared_utilization_summary, window_summary
 from portal.web.dashboard_window import (  # noqa: F401 (re-exported: the dashboard's range)
     DATE_HELP,
     DEFAULT_RANGE,
@@ -471,10 +468,11 @@ def _pct(value: float | None) -> str:
 
 
 def summary(window: Window | None = None) -> dict[str, Any]:
-    """The headline numbers above the charts: "now" from ``utilization_summary()`` (what ``/metrics`` and
-    ``/api/summary/`` report), the range's from ``window_summary()`` and the read model's GPU time."""
+    """The headline numbers above the charts: "now" from ``shared_utilization_summary()`` (the snapshot
+    ``/metrics`` and ``/api/summary/`` report), the range's from ``window_summary()`` and the read model's GPU
+    time."""
     window = window or default_window()
-    now = utilization_summary()
+    now = shared_utilization_summary()
     ranged = window_summary(window.since, window.until)
     _, gpu = _hourly(window)
     lent_s, busy_s = float(gpu.lent_gpu_s.sum()), float(gpu.busy_gpu_s.sum())
@@ -616,7 +614,6 @@ CHART_CARDS = [  # (chart key, table name, title) in page order
 # --- build and cache -------------------------------------------------------------------------------------------------
 
 CACHE_KEY = "reclaimnet:dashboard:v2"  # the default range's entry; other ranges append ":<range>"
-_clock = time.time  # the tests inject theirs
 
 
 def cache_key(window: Window) -> str:
@@ -628,35 +625,14 @@ def build(window: Window | None = None, tables: dict[str, Table] | None = None) 
     page's chart cards (with their tables) and summary (with what is in flight now) already rendered: the
     dashboard page, its summary fragment and its chart data all serve this.
 
-    Computed at most once per ``RECLAIMNET_DASHBOARD_MAX_AGE_S`` per range for the whole deployment
-    (docs/design.md §9.1: the numbers are the read model's, only their age changes): the result is kept whole
-    in Django's cache (Redis in production, shared by every process), so all its numbers come from one
-    computation and agree with each other. When it is older than the bound, one request (the holder of a
-    refresh lock) recomputes it while the others still get the previous one; an entry is dropped
-    ``RECLAIMNET_DASHBOARD_REFRESH_S`` after the bound, so nothing older than their sum is ever shown. A bound
-    of 0 computes on every call, as does passing ``tables``."""
+    Computed at most once per ``RECLAIMNET_DASHBOARD_MAX_AGE_S`` per range for the whole deployment and kept
+    whole (:func:`portal.core.snapshots.shared`, docs/design.md §9.1: the numbers are the read model's, only
+    their age changes), so all its numbers come from one computation and agree with each other. Passing
+    ``tables`` computes at once."""
     window = window or default_window()
-    max_age_s = float(settings.RECLAIMNET_DASHBOARD_MAX_AGE_S)
-    if tables is not None or max_age_s <= 0:
+    if tables is not None:
         return _build(window, tables)
-    key = cache_key(window)
-    lock_key = key + ":refreshing"
-    refresh_s = float(settings.RECLAIMNET_DASHBOARD_REFRESH_S)
-    cached = cache.get(key)
-    now_s = _clock()
-    if cached is not None and now_s - cached[0] <= max_age_s:
-        return cast(dict[str, Any], cached[1])
-    refreshing = cache.add(lock_key, 1, timeout=refresh_s)
-    if cached is not None and not refreshing:
-        return cast(dict[str, Any], cached[1])  # another request is refreshing it: this one is still in bounds
-    try:
-        data = _build(window, None)
-        # Dropped when max_age_s + refresh_s have passed since the numbers were read, whatever the build took.
-        cache.set(key, (now_s, data), timeout=max(0.001, max_age_s + refresh_s - (_clock() - now_s)))
-    finally:
-        if refreshing:
-            cache.delete(lock_key)
-    return data
+    return snapshots.shared(cache_key(window), lambda: _build(window, None))
 
 
 def _build(window: Window, tables: dict[str, Table] | None) -> dict[str, Any]:

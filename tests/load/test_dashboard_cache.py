@@ -13,6 +13,7 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
+from portal.core import snapshots
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import Node
 from portal.web import dashboard
@@ -25,7 +26,7 @@ LOCAL_CACHE = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemC
 
 
 def _build_at(monkeypatch: pytest.MonkeyPatch, now_s: float) -> tuple[dict[str, Any], int]:
-    monkeypatch.setattr(dashboard, "_clock", lambda: now_s)
+    monkeypatch.setattr(snapshots, "_clock", lambda: now_s)
     with CaptureQueriesContext(connection) as captured:
         data = dashboard.build()
     return data, len(captured.captured_queries)
@@ -63,3 +64,63 @@ def test_a_zero_bound_computes_the_dashboard_on_every_call(monkeypatch: pytest.M
     _, first = _build_at(monkeypatch, 1000.0)
     _, second = _build_at(monkeypatch, 1000.0)
     assert first > 0 and second == first
+
+
+@override_settings(CACHES=LOCAL_CACHE, RECLAIMNET_DASHBOARD_MAX_AGE_S=5.0, RECLAIMNET_DASHBOARD_REFRESH_S=10.0)
+def test_summary_api_metrics_and_dashboard_read_one_shared_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/api/summary/, /metrics and the dashboard's "now" numbers come from one snapshot: after a change inside the
+    bound all three still agree (on the old numbers, at no statement for the summary); past it, on the new."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from portal.core import snapshots
+    from portal.core.metrics import CampusCollector
+
+    cache.clear()
+    tickcampus().build(8, samples_per_link=2)
+    admin = get_user_model().objects.create_superuser("snap-admin", "a@example.org", "x")
+    api = APIClient()
+    api.force_authenticate(admin)
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1000.0)
+    first = api.get("/api/summary/").json()
+    online = first["nodes_by_state"]["online"]
+    Node.objects.filter(pk=Node.objects.filter(state=NodeState.ONLINE).first().pk).update(state=NodeState.OFFLINE)
+
+    def metric_online() -> float:
+        family = next(m for m in CampusCollector().collect() if m.name == "reclaimnet_nodes")
+        return next(s.value for s in family.samples if s.labels["state"] == "online")
+
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1004.0)
+    with CaptureQueriesContext(connection) as captured:
+        from portal.core.services.summary import shared_utilization_summary
+
+        assert shared_utilization_summary()["nodes_by_state"]["online"] == online
+    assert len(captured.captured_queries) == 0
+    assert api.get("/api/summary/").json() == first
+    assert metric_online() == online
+    assert dashboard.build()["summary"]["nodes_online"] == online  # built now, from the shared snapshot
+
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1006.0)
+    assert api.get("/api/summary/").json()["nodes_by_state"]["online"] == online - 1
+    assert metric_online() == online - 1
+
+
+@override_settings(CACHES=LOCAL_CACHE, RECLAIMNET_DASHBOARD_MAX_AGE_S=5.0, RECLAIMNET_DASHBOARD_REFRESH_S=10.0)
+def test_topology_is_shared_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from portal.core import snapshots
+
+    cache.clear()
+    tickcampus().build(4, samples_per_link=2)
+    api = APIClient()
+    api.force_authenticate(get_user_model().objects.create_superuser("topo-admin", "t@example.org", "x"))
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1000.0)
+    first = api.get("/api/campus/topology/").json()
+    assert first["nodes"]
+    Node.objects.filter(name=first["nodes"][0]["id"]).update(state=NodeState.RETIRED)
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1003.0)
+    assert api.get("/api/campus/topology/").json() == first
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1006.0)
+    assert len(api.get("/api/campus/topology/").json()["nodes"]) == len(first["nodes"]) - 1

@@ -18,7 +18,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from portal.control.models import Transfer, TransferPurpose, TransferState, hash_transfer_token
-from portal.core import campus
+from portal.core import campus, snapshots
 from portal.core.models import DecisionLog, Migration, Node, NodeAvailability, Placement
 from portal.core.services.summary import DEFINITIONS
 from portal.web import dashboard
@@ -247,7 +247,7 @@ def test_every_chart_titles_its_axes_with_units(world: World) -> None:
 @override_settings(CACHES=LOCAL_CACHE, RECLAIMNET_DASHBOARD_MAX_AGE_S=5.0, RECLAIMNET_DASHBOARD_REFRESH_S=10.0)
 def test_each_range_is_computed_once_per_bound_and_kept_apart(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     cache.clear()
-    monkeypatch.setattr(dashboard, "_clock", lambda: 1000.0)
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1000.0)
 
     def statements(params: dict[str, str]) -> tuple[dict[str, Any], int]:
         with CaptureQueriesContext(connection) as captured:

@@ -15,13 +15,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.core import permissions
+from portal.core import permissions, snapshots
 from portal.core.api import serializers as s
 from portal.core.api.mixins import RowListMixin, ServiceErrorsMixin
 from portal.core.api.rows import BUILDING_PLAN, GROUP_PLAN, PROVIDER_PLAN, SWITCH_PLAN
 from portal.core.campus import topology as campus_topology
 from portal.core.models import Building, Link, Provider, ReclaimEvent, ResearchGroup, Switch
-from portal.core.services.summary import utilization_summary
+from portal.core.services.summary import shared_utilization_summary
 
 
 @extend_schema(exclude=True)
@@ -87,27 +87,33 @@ class ReclaimViewSet(RowListMixin, viewsets.ReadOnlyModelViewSet):
         return queryset.order_by("-requested_at", "-pk")
 
 
+TOPOLOGY_KEY = "reclaimnet:topology:v1"
+
+
+def _topology() -> dict[str, Any]:
+    return {
+        "buildings": [BUILDING_PLAN.row(v) for v in BUILDING_PLAN.values(Building.objects.order_by("name"))],
+        "switches": [SWITCH_PLAN.row(v) for v in SWITCH_PLAN.values(Switch.objects.order_by("name"))],
+        **campus_topology(),
+    }
+
+
 class TopologyView(APIView):
-    """The campus tree: buildings, switches, and links/nodes in the design §5 p2 shape (ids are names)."""
+    """The campus tree: buildings, switches, and links/nodes in the design §5 p2 shape (ids are names).
+    The same for every caller: one snapshot at most 5 s old, shared by the deployment (design §9.1)."""
 
     @extend_schema(responses=s.TopologySerializer)
     def get(self, request: Request) -> Response:
-        body = campus_topology()
-        return Response(
-            {
-                "buildings": [BUILDING_PLAN.row(v) for v in BUILDING_PLAN.values(Building.objects.order_by("name"))],
-                "switches": [SWITCH_PLAN.row(v) for v in SWITCH_PLAN.values(Switch.objects.order_by("name"))],
-                **body,
-            }
-        )
+        return Response(snapshots.shared(TOPOLOGY_KEY, _topology))
 
 
 class SummaryView(APIView):
-    """Campus utilization and reclaim summary (design §6 metrics)."""
+    """Campus utilization and reclaim summary (design §6 metrics). One snapshot at most 5 s old, shared by the
+    deployment: the dashboard's "now" numbers and /metrics report the same one (design §9.1)."""
 
     @extend_schema(responses=s.SummarySerializer)
     def get(self, request: Request) -> Response:
-        return Response(utilization_summary())
+        return Response(shared_utilization_summary())
 
 
 class MeView(APIView):

@@ -1,7 +1,7 @@
 """Campus-wide utilization and reclaim summary (design §6 metrics: work lost, migration success, utilization).
 
 One function feeds ``/api/summary/``, the Prometheus ``/metrics`` endpoint and the admin dashboard's "now"
-numbers, so they never disagree; :data:`DEFINITIONS` is what each number means, the text ``/metrics`` gives as
+numbers, through one shared snapshot (:func:`shared_utilization_summary`), so they never disagree; :data:`DEFINITIONS` is what each number means, the text ``/metrics`` gives as
 its HELP and the dashboard shows on hover (docs/design.md §9.1). :func:`window_summary` counts the same
 quantities over a time range.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import Count, Q, Sum
 
-from portal.core import campus
+from portal.core import campus, snapshots
 from portal.core.lifecycle.jobs import JobState
 from portal.core.lifecycle.nodes import NodeState
 from portal.core.models import Gpu, Job, Migration, MigrationMode, Node, ReclaimEvent, ReclaimKind
@@ -47,6 +47,16 @@ def _lost_gpu_s(migrations: Any) -> float:
     """Work lost charged per GPU: a gang job losing 60 s on 4 GPUs lost 4 GPU-minutes."""
     return float(sum(lost * gpus for lost, gpus in migrations.filter(work_lost_s__gt=0).values_list(
         "work_lost_s", "job__gpu_count")))
+
+
+SUMMARY_KEY = "reclaimnet:summary:v1"
+
+
+def shared_utilization_summary() -> dict[str, Any]:
+    """:func:`utilization_summary`, computed at most once per ``RECLAIMNET_DASHBOARD_MAX_AGE_S`` for the whole
+    deployment (:func:`portal.core.snapshots.shared`): ``/api/summary/``, ``/metrics`` and the dashboard's "now"
+    numbers read this one snapshot, so at any moment they agree exactly."""
+    return snapshots.shared(SUMMARY_KEY, utilization_summary)
 
 
 def utilization_summary() -> dict[str, Any]:
