@@ -149,10 +149,28 @@ def _loss_budget_mode(j: dict[str, Any], prefix: str) -> str:
     return str(mode)
 
 
-def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], float]:
+def _guaranteed_budget(req: dict[str, Any], budget: float) -> float | None:
+    """The request's ``guaranteed_budget_bytes_per_s`` (design §2 "Loss budget modes", §4.2): the part of the budget
+    no one takes back, at which a `bound` job's transfer time T is taken. Absent/null = the budget itself (None);
+    otherwise > 0 and at most the budget (the budget less borrowed reserve, as the tick and the simulator pass it)."""
+    guaranteed = _num(req, "guaranteed_budget_bytes_per_s", default=None, gt=0, nullable=True)
+    if guaranteed is not None and guaranteed > budget:
+        raise ContractError("guaranteed_budget_bytes_per_s",
+                            f"must be <= budget_bytes_per_s ({budget:g}), got {guaranteed!r}")
+    return guaranteed
+
+
+def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], float, float | None]:
+    """The p1 request as ``plan_checkpoints`` takes it: (jobs, budget, β, caller's ids, Δ_min, guaranteed budget).
+
+    ``jobs.hazard_per_s`` is the hazard planned with (design §2 "Estimators"): each job's ``hazard_per_s`` (λ̂) plus
+    its optional ``short_notice_hazard_per_s`` (≥ 0, default 0), the rate of scheduled reclaims whose notice is
+    shorter than its final checkpoint needs — added to λ before planning, as the portal's tick and the simulator do
+    (``scheduler.estimators.short_notice_rate_per_s``)."""
     budget = _num(req, "budget_bytes_per_s", gt=0)
     beta = _num(req, "beta", default=0.2, gt=0)
     min_interval = _num(req, "min_interval_s", default=MIN_INTERVAL_S, ge=0)  # Δ_min of design §2
+    guaranteed = _guaranteed_budget(req, budget)  # type: ignore[arg-type]
     jobs = _list(req, "jobs", "")
     ids: list[Any] = []
     modes: list[str] = []
@@ -161,7 +179,9 @@ def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], 
         p = f"jobs[{i}]."
         j = _obj(j, f"jobs[{i}]")
         ids.append(_ident(j, "id", p))
-        cols["lam"].append(_num(j, "hazard_per_s", p, gt=0))  # type: ignore[arg-type]
+        lam = _num(j, "hazard_per_s", p, gt=0)
+        short = _num(j, "short_notice_hazard_per_s", p, default=0.0, ge=0)  # design §2 "Estimators"
+        cols["lam"].append(lam + short)  # type: ignore[operator]
         cols["c"].append(_num(j, "ckpt_bytes", p, gt=0))  # type: ignore[arg-type]
         cap = _num(j, "cap_bytes_per_s", p, default=None, gt=0, nullable=True)
         cols["cap"].append(math.inf if cap is None else cap)
@@ -189,16 +209,17 @@ def _validate_p1(req: dict[str, Any]) -> tuple[P1Jobs, float, float, list[Any], 
         transfer_s=np.array(cols["xfer"], dtype=float) if any(math.isfinite(x) for x in cols["xfer"]) else None,
         loss_budget_mode=np.array(modes, dtype=object) if "bound" in modes else None,
     )
-    return p1, budget, beta, ids, min_interval  # type: ignore[return-value]
+    return p1, budget, beta, ids, min_interval, guaranteed  # type: ignore[return-value]
 
 
 def _decide_p1(req: dict[str, Any]) -> dict[str, Any]:
-    jobs, budget, beta, ids, min_interval = _validate_p1(req)
-    plan = plan_checkpoints(jobs, budget, beta, min_interval_s=min_interval)
+    jobs, budget, beta, ids, min_interval, guaranteed = _validate_p1(req)
+    plan = plan_checkpoints(jobs, budget, beta, min_interval_s=min_interval, guaranteed_budget_bytes_per_s=guaranteed)
     return {
         "jobs": [
             {
                 "id": ids[i],
+                "planned_hazard_per_s": float(jobs.hazard_per_s[i]),  # λ̂ + the short-notice rate
                 "bandwidth_bytes_per_s": float(plan.bandwidth_bytes_per_s[i]),
                 "interval_s": float(plan.interval_s[i]),
                 "final_checkpoint": bool(plan.final_checkpoint[i]),

@@ -94,6 +94,7 @@ def test_short_notice_scheduled_reclaims_count_as_hazard() -> None:
     from portal.control.loop import estimates
     from portal.control.loop.ticks import p1_tick
     from portal.core.models import DecisionLog, Job, NodeAvailability, ReclaimEvent
+    from scheduler.contract import decide
 
     node, job = _setup()
     now = timezone.now()
@@ -108,8 +109,15 @@ def test_short_notice_scheduled_reclaims_count_as_hazard() -> None:
     def plan(state: Any) -> tuple[float, float]:
         Job.objects.filter(pk=job.pk).update(checkpoint_interval_s=None)
         p1_tick(now, state)
-        hazard = DecisionLog.objects.filter(kind="p1", job=job).latest("pk").request["jobs"][0]["hazard_per_s"]
-        return float(Job.objects.get(pk=job.pk).checkpoint_interval_s), hazard
+        log = DecisionLog.objects.filter(kind="p1", job=job).latest("pk")
+        planned = log.response["jobs"][0]["planned_hazard_per_s"]
+        asked = log.request["jobs"][0]
+        assert planned == pytest.approx(asked["hazard_per_s"] + asked["short_notice_hazard_per_s"])
+        # the logged request is a p1 request of the contract (design §5): replayed, it plans the same interval
+        replayed = decide("p1", log.request)["jobs"][0]
+        assert replayed["interval_s"] == pytest.approx(log.response["jobs"][0]["interval_s"])
+        assert replayed["planned_hazard_per_s"] == pytest.approx(planned)
+        return float(Job.objects.get(pk=job.pk).checkpoint_interval_s), planned
 
     plain_interval, plain_hazard = plan(None)
     state = estimates.rebuild(*estimates.campus_layout(), estimates.clock_s(now))

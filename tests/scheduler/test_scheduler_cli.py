@@ -3,17 +3,20 @@
 import copy
 import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.__main__ import main
 from scheduler.contract import ContractError, decide
+from scheduler.p1 import P1Jobs, P1Plan, plan_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAT = [1e-4] * 24
@@ -71,7 +74,9 @@ def test_p1_response_fields() -> None:
     assert code == 0
     assert set(body) == {"jobs", "expected_cost"}
     a, b = body["jobs"]
-    assert set(a) == {"id", "bandwidth_bytes_per_s", "interval_s", "final_checkpoint", "loss_budget_at_risk"}
+    assert set(a) == {"id", "planned_hazard_per_s", "bandwidth_bytes_per_s", "interval_s", "final_checkpoint",
+                      "loss_budget_at_risk"}
+    assert [j["planned_hazard_per_s"] for j in body["jobs"]] == [1 / 3600, 3 / 3600]  # no short-notice rate: λ̂
     assert b["bandwidth_bytes_per_s"] == pytest.approx(1e7)  # capped
     assert a["bandwidth_bytes_per_s"] == pytest.approx(9e7)  # the rest of the budget
     assert a["final_checkpoint"] is True and b["final_checkpoint"] is False
@@ -153,6 +158,16 @@ BAD = [
     ("p1", p1_request, ["jobs", 0, "cap_bytes_per_s"], 0, "jobs[0].cap_bytes_per_s"),
     ("p1", p1_request, ["jobs"], {"a": 1}, "jobs"),
     ("p1", p1_request, ["jobs", 0], 7, "jobs[0]"),
+    ("p1", p1_request, ["guaranteed_budget_bytes_per_s"], 0, "guaranteed_budget_bytes_per_s"),
+    ("p1", p1_request, ["guaranteed_budget_bytes_per_s"], -1e7, "guaranteed_budget_bytes_per_s"),
+    ("p1", p1_request, ["guaranteed_budget_bytes_per_s"], "NaN", "guaranteed_budget_bytes_per_s"),
+    ("p1", p1_request, ["guaranteed_budget_bytes_per_s"], [5e7], "guaranteed_budget_bytes_per_s"),
+    ("p1", p1_request, ["guaranteed_budget_bytes_per_s"], 2e8, "guaranteed_budget_bytes_per_s"),  # > the budget
+    ("p1", p1_request, ["jobs", 1, "short_notice_hazard_per_s"], -1e-5, "jobs[1].short_notice_hazard_per_s"),
+    ("p1", p1_request, ["jobs", 1, "short_notice_hazard_per_s"], "NaN", "jobs[1].short_notice_hazard_per_s"),
+    ("p1", p1_request, ["jobs", 1, "short_notice_hazard_per_s"], None, "jobs[1].short_notice_hazard_per_s"),
+    ("p1", p1_request, ["jobs", 1, "short_notice_hazard_per_s"], True, "jobs[1].short_notice_hazard_per_s"),
+    ("p1", p1_request, ["jobs", 1, "short_notice_hazard_per_s"], 1e16, "jobs[1].short_notice_hazard_per_s"),
     ("p2", p2_request, ["source"], "nowhere", "source"),
     ("p2", p2_request, ["ckpt_holder"], "n9", "ckpt_holder"),
     ("p2", p2_request, ["notice_s"], KeyError, "notice_s"),
@@ -211,6 +226,9 @@ def test_unknown_kind() -> None:
     ("kind", "payload", "field"),
     [
         ("p1", json.dumps(p1_request()), None),
+        ("p1", json.dumps(p1_request() | {"guaranteed_budget_bytes_per_s": 2e8}), "guaranteed_budget_bytes_per_s"),
+        ("p1", json.dumps(mutate(p1_request(), ["jobs", 1, "short_notice_hazard_per_s"], -1.0)),
+         "jobs[1].short_notice_hazard_per_s"),
         ("p2", '{"source": "n1"}', "links"),
         ("p3", '{"capacity_bytes_per_s": 1e8, "flows": [{"id": "x", "bytes": NaN, "notice_s": 1}]}', "request"),
     ],
@@ -225,6 +243,82 @@ def test_cli_process_exit_codes_and_clean_output(kind: str, payload: str, field:
         assert proc.returncode == 0 and "jobs" in body
     else:
         assert proc.returncode == 2 and body["error"].startswith(field + ":")
+
+
+def bound_request(**extra: Any) -> dict[str, Any]:
+    """A `bound` job beside an `expected` one on a 100 MB/s budget (design §2 "Loss budget modes"), no floor."""
+    return {
+        "budget_bytes_per_s": 100e6, "min_interval_s": 0, **extra,
+        "jobs": [
+            {"id": "a", "hazard_per_s": 1e-5, "ckpt_bytes": 1e9, "loss_budget_s": 600, "loss_budget_mode": "bound"},
+            {"id": "b", "hazard_per_s": 4e-5, "ckpt_bytes": 2e9},
+        ],
+    }
+
+
+def direct_plan(hazard_per_s: list[float], guaranteed: float | None = None) -> P1Plan:
+    """`bound_request`'s jobs planned by `plan_checkpoints` itself."""
+    jobs = P1Jobs.build(("a", "b"), np.array(hazard_per_s), np.array([1e9, 2e9]),
+                        loss_budget_s=np.array([600.0, np.inf]),
+                        loss_budget_mode=np.array(["bound", "expected"], dtype=object))
+    return plan_checkpoints(jobs, 100e6, min_interval_s=0.0, guaranteed_budget_bytes_per_s=guaranteed)
+
+
+def test_p1_guaranteed_budget_is_passed_to_plan_checkpoints() -> None:
+    """design §2 "Loss budget modes" with §4.2: a `bound` job's transfer time T is taken at its share of the
+    guaranteed budget. Through the contract the plan is plan_checkpoints' with the same guaranteed budget, and below
+    the borrowed budget it shortens the bound job's interval (T larger, Δ ≤ L_max − T smaller)."""
+    without = decide("p1", bound_request())
+    assert without == decide("p1", bound_request(guaranteed_budget_bytes_per_s=None))  # null = the budget itself
+    assert without == decide("p1", bound_request(guaranteed_budget_bytes_per_s=100e6))
+    sure = decide("p1", bound_request(guaranteed_budget_bytes_per_s=40e6))
+    plan = direct_plan([1e-5, 4e-5], guaranteed=40e6)
+    assert [j["interval_s"] for j in sure["jobs"]] == plan.interval_s.tolist()
+    assert [j["bandwidth_bytes_per_s"] for j in sure["jobs"]] == plan.bandwidth_bytes_per_s.tolist()
+    assert [j["loss_budget_at_risk"] for j in sure["jobs"]] == plan.loss_budget_at_risk.tolist()
+    assert sure["expected_cost"] == plan.expected_cost
+    a_sure, a_without = sure["jobs"][0], without["jobs"][0]
+    assert a_sure["interval_s"] < a_without["interval_s"] - 1.0
+    assert a_without["interval_s"] == direct_plan([1e-5, 4e-5]).interval_s[0]
+    assert a_sure["bandwidth_bytes_per_s"] == a_without["bandwidth_bytes_per_s"]  # the share uses the whole budget
+    assert sure["jobs"][1] == without["jobs"][1]  # an `expected` job ignores it
+
+
+def test_p1_short_notice_rate_is_added_to_the_hazard_before_planning() -> None:
+    """design §2 "Estimators": the portal's tick plans with λ̂ + the rate of scheduled reclaims whose notice is
+    shorter than the job's need; through the contract that is hazard_per_s + short_notice_hazard_per_s, echoed as
+    planned_hazard_per_s, and the plan equals one with hazard_per_s = λ̂ + rate."""
+    req = bound_request()
+    req["jobs"][1]["short_notice_hazard_per_s"] = 1.2e-4
+    out = decide("p1", req)
+    base = decide("p1", bound_request())
+    summed = bound_request()
+    summed["jobs"][1]["hazard_per_s"] = 4e-5 + 1.2e-4
+    assert out == decide("p1", summed)
+    assert [j["planned_hazard_per_s"] for j in out["jobs"]] == [1e-5, 4e-5 + 1.2e-4]
+    assert [j["planned_hazard_per_s"] for j in base["jobs"]] == [1e-5, 4e-5]
+    assert [j["interval_s"] for j in out["jobs"]] == direct_plan([1e-5, 4e-5 + 1.2e-4]).interval_s.tolist()
+    assert out["jobs"][1]["interval_s"] < 0.9 * base["jobs"][1]["interval_s"]  # a higher hazard: more often
+    zero = bound_request()
+    zero["jobs"][1]["short_notice_hazard_per_s"] = 0
+    assert decide("p1", zero) == base  # 0 (the default) changes nothing
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (["guaranteed_budget_bytes_per_s"], math.nan, "guaranteed_budget_bytes_per_s"),
+        (["guaranteed_budget_bytes_per_s"], math.inf, "guaranteed_budget_bytes_per_s"),
+        (["guaranteed_budget_bytes_per_s"], 100e6 * (1 + 1e-9), "guaranteed_budget_bytes_per_s"),
+        (["jobs", 0, "short_notice_hazard_per_s"], math.nan, "jobs[0].short_notice_hazard_per_s"),
+        (["jobs", 1, "short_notice_hazard_per_s"], -math.inf, "jobs[1].short_notice_hazard_per_s"),
+        (["jobs", 1, "short_notice_hazard_per_s"], {"rate": 1}, "jobs[1].short_notice_hazard_per_s"),
+    ],
+)
+def test_p1_non_finite_or_out_of_range_new_fields_name_the_field(path: list, value: Any, field: str) -> None:
+    with pytest.raises(ContractError) as info:
+        decide("p1", mutate(bound_request(), path, value))
+    assert info.value.field == field
 
 
 JUNK = st.one_of(

@@ -240,9 +240,10 @@ def p1_tick(now: dt.datetime | None = None, estimators: EstimatorState | None = 
     hazard_of_node = hazard_upper_by_hour(nodes.tolist(), {r[1]: r[8] for r in rows}, hour=hour,
                                           upper=PLAN_HAZARD_QUANTILE is not None)
     ckpt_bytes = np.array([float(r[6] if r[6] is not None else r[7]) for r in rows])
-    hazard = hazard_of_node[group] + _short_notice_hazard(
+    short_notice = _short_notice_hazard(
         estimators, node_of, np.array([r[12] for r in rows]), capacity[group], ckpt_bytes,
         np.array([float(r[2]) for r in rows]))
+    hazard = hazard_of_node[group] + short_notice
     p1_jobs = P1Jobs.build(
         ids=tuple(str(j) for j in job_ids), hazard_per_s=hazard,
         ckpt_bytes=ckpt_bytes,
@@ -276,16 +277,18 @@ def p1_tick(now: dt.datetime | None = None, estimators: EstimatorState | None = 
         for k in which:
             g = int(group[k])
             node_jobs = members[g]
+            # The request is a p1 request of the contract (design §5): replayed through it, it plans the same.
             logs.append(DecisionLog(kind="p1", job_id=job_ids[k], request={
-                "budget_bytes_per_s": float(budget[g]), "beta": rn("BETA"), "node": int(nodes[g]),
-                "min_interval_s": rn("MIN_CHECKPOINT_INTERVAL_S"),
-                "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard[i]),
+                "budget_bytes_per_s": float(budget[g]), "guaranteed_budget_bytes_per_s": float(guaranteed[g]),
+                "beta": rn("BETA"), "node": int(nodes[g]), "min_interval_s": rn("MIN_CHECKPOINT_INTERVAL_S"),
+                "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard[i] - short_notice[i]),
+                          "short_notice_hazard_per_s": float(short_notice[i]),
                           "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]), "loss_budget_s": rows[i][3],
                           "restart_s": rows[i][2], "stall_s": rows[i][9], "transfer_s": rows[i][10],
                           "loss_budget_mode": rows[i][11]}
                          for i in node_jobs]},
                 response={"jobs": [{"id": job_ids[i], "bandwidth_bytes_per_s": float(plan.bandwidth_bytes_per_s[i]),
-                                    "interval_s": float(plan.interval_s[i]),
+                                    "interval_s": float(plan.interval_s[i]), "planned_hazard_per_s": float(hazard[i]),
                                     "loss_budget_at_risk": bool(plan.loss_budget_at_risk[i])} for i in node_jobs]}))
             orders.append((int(nodes[g]), "set_interval", {"job_id": job_ids[k],
                                                           "interval_s": float(plan.interval_s[k])}))

@@ -280,6 +280,14 @@ def p2_words(row: dict[str, Any], names: dict[int, str], job: Job) -> str | None
                                  remaining_s=remaining, excluded=_excluded(response), all_local=all_local)
 
 
+def planned_hazard_per_s(job_request: dict[str, Any], job_response: dict[str, Any]) -> float:
+    """The λ one job's P1 decision planned with: the estimate plus the rate of short-notice scheduled reclaims
+    (design §2 "Estimators"), as the response states it; older decisions logged the sum as ``hazard_per_s``."""
+    if job_response.get("planned_hazard_per_s") is not None:
+        return float(job_response["planned_hazard_per_s"])
+    return float(job_request.get("hazard_per_s") or 0) + float(job_request.get("short_notice_hazard_per_s") or 0)
+
+
 def p1_words(row: dict[str, Any], job: Job) -> str | None:
     """This job's line of one P1 decision in words (design §2, Eq. 9)."""
     request, response = row.get("request") or {}, row.get("response") or {}
@@ -291,7 +299,7 @@ def p1_words(row: dict[str, Any], job: Job) -> str | None:
     return words.interval_words(
         float(res["interval_s"]), ckpt_bytes=float(req.get("ckpt_bytes") or 0),
         bandwidth_bytes_per_s=float(res.get("bandwidth_bytes_per_s") or 0),
-        hazard_per_s=float(req.get("hazard_per_s") or 0), beta=float(request.get("beta", 0.2)),
+        hazard_per_s=planned_hazard_per_s(req, res), beta=float(request.get("beta", 0.2)),
         loss_budget_s=req.get("loss_budget_s"), at_risk=bool(res.get("loss_budget_at_risk")),
         min_interval_s=request.get("min_interval_s") or req.get("min_interval_s"),
     )
