@@ -613,7 +613,7 @@ CHART_CARDS = [  # (chart key, table name, title) in page order
 
 # --- build and cache -------------------------------------------------------------------------------------------------
 
-CACHE_KEY = "reclaimnet:dashboard:v2"  # the default range's entry; other ranges append ":<range>"
+CACHE_KEY = "reclaimnet:dashboard:v3"  # the default range's entry; other ranges append ":<range>"
 
 
 def cache_key(window: Window) -> str:
@@ -622,8 +622,9 @@ def cache_key(window: Window) -> str:
 
 def build(window: Window | None = None, tables: dict[str, Table] | None = None) -> dict[str, Any]:
     """The Chart.js data of every table of ``window`` (default: the last 7 days), the summary numbers, and the
-    page's chart cards (with their tables) and summary (with what is in flight now) already rendered: the
-    dashboard page, its summary fragment and its chart data all serve this.
+    page's chart cards (with their tables), summary (with what is in flight now) and campus panels (fair share,
+    owner use, reserves) already rendered: the dashboard page, its summary fragment and its chart data all serve
+    this.
 
     Computed at most once per ``RECLAIMNET_DASHBOARD_MAX_AGE_S`` per range for the whole deployment and kept
     whole (:func:`portal.core.snapshots.shared`, docs/design.md §9.1: the numbers are the read model's, only
@@ -647,6 +648,8 @@ def _build(window: Window, tables: dict[str, Table] | None) -> dict[str, Any]:
     # Rendered once per computation, not per request: the page only pastes them in (docs/design.md §9.1 cache).
     summary_html = render_to_string("web/dashboard/_summary.html", context)
     cards_html = render_to_string("web/dashboard/_charts.html", context)
+    # The fair-share, owner-use and reserve panels are campus-wide too (the same for every admin, no form).
+    panels_html = render_to_string("web/dashboard/_panels.html")
     # What is cached (and unpickled on every request): the tables themselves are already in the HTML.
     return {
         "charts": charts,
@@ -654,6 +657,7 @@ def _build(window: Window, tables: dict[str, Table] | None) -> dict[str, Any]:
         "adaptivity_gap_pct": t["adaptivity"].headline,
         "summary_html": summary_html,
         "cards_html": cards_html,
+        "panels_html": panels_html,
     }
 
 

@@ -60,6 +60,7 @@ def dashboard_page(request: HttpRequest) -> HttpResponse:
         data = dashboard.build(window)
         context["summary_html"] = dashboard.html(data["summary_html"])
         context["cards_html"] = dashboard.html(data["cards_html"])
+        context["panels_html"] = dashboard.html(data["panels_html"])
     return render(request, "web/dashboard/index.html", context, status=400 if errors else 200)
 
 
