@@ -96,9 +96,10 @@ class HazardEstimator:
         g = np.zeros(n_nodes, dtype=np.int64) if group_of is None else np.asarray(group_of)
         _, self.group = np.unique(g, return_inverse=True)
         self.n_groups = int(self.group.max()) + 1
-        self._onehot = csr_matrix(
+        # node → group indicator, stored transposed (G, n) once: each estimate sums events and exposure per group
+        self._onehot_t = csr_matrix(
             (np.ones(n_nodes), (np.arange(n_nodes), self.group)), shape=(n_nodes, self.n_groups)
-        )
+        ).T.tocsr()
         self.window_s = float(window_s)
         self.bucket_s = float(bucket_s)
         self.confidence = float(confidence)
@@ -257,8 +258,8 @@ class HazardEstimator:
         a = ev.shape[0]
         use = np.full(self.n_groups, a)  # buckets used per group (newest first)
         if a >= 2:
-            ng = np.asarray(self._onehot.T @ ev.T).T  # (A, G)
-            xg = np.asarray(self._onehot.T @ exw.T).T
+            ng = np.asarray(self._onehot_t @ ev.T).T  # (A, G)
+            xg = np.asarray(self._onehot_t @ exw.T).T
             cn, cx = np.cumsum(ng, axis=0), np.cumsum(xg, axis=0)
             lr = self._change_scan(cn, cx)
             best = np.argmax(lr, axis=0)
