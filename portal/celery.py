@@ -20,8 +20,8 @@ from typing import Any
 
 import redis.exceptions
 from celery import Celery
-from celery.signals import worker_process_shutdown, worker_shutting_down
-from django.db import connections
+from celery.signals import task_postrun, task_prerun, worker_process_shutdown, worker_shutting_down
+from django.db import close_old_connections, connections
 from kombu.transport import redis as kombu_redis
 
 from portal.env import env_float
@@ -53,6 +53,12 @@ class RedisTransport(kombu_redis.Transport):
 
 app = Celery("reclaimnet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# Celery's Django fixup closes every connection, and in a prefork child the whole psycopg pool, before and after
+# each task (celery/fixups/django.py ``_close_database``): every task then opened a new pool (its threads and a
+# new connection), and a notification still being delivered in its thread lost its pool in mid-attempt ("pool has
+# already been opened/closed and cannot be reused"). The fixup's closing is switched off here (its setting:
+# close after this many tasks) and :func:`_release_connections` applies Django's per-request rule instead.
+app.conf["CELERY_DB_REUSE_MAX"] = 2**62
 app.autodiscover_tasks()
 
 log = logging.getLogger(__name__)
@@ -93,6 +99,17 @@ def _arm_shutdown_deadline(sig: str = "", how: str = "", **kwargs: Any) -> None:
         _shutdown_armed.set()
         threading.Thread(target=_bounded_shutdown, args=(SHUTDOWN_GRACE_S,), name="shutdown-deadline",
                          daemon=True).start()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _release_connections(**kwargs: Any) -> None:
+    """Before and after each task, as Django does around a request: this thread's connection goes back to the
+    process's pool (CONN_MAX_AGE 0) and an unusable one is dropped; the pool itself stays open."""
+    task = kwargs.get("task")
+    if task is not None and getattr(task.request, "is_eager", False):
+        return  # an eager task runs inside its caller's transaction
+    close_old_connections()
 
 
 @worker_process_shutdown.connect
