@@ -64,7 +64,7 @@ HOSTILE_NODE = ("chaos-hostile", "C")  # registered, never run by an agent: the 
 # Registered with BURST_GPUS GPUs and never connected (a machine still being set up): the 200-submit burst asks
 # for that many, so its jobs are valid (a request no registered node could ever run is refused) and stay queued.
 PARKED_NODE = ("chaos-parked", "B")
-BURST_GPUS = 16
+BURST_GPUS = 8  # at most what a standard job may borrow (portal/control/ladder.py), more than any running node has
 GPUS_PER_NODE = 2
 STEPS = 3000
 STEP_SLEEP_S = 0.05
