@@ -20,7 +20,13 @@ from typing import Any
 
 import redis.exceptions
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_shutdown, worker_shutting_down
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_shutdown,
+    worker_shutting_down,
+)
 from django.db import close_old_connections, connections
 from kombu.transport import redis as kombu_redis
 
@@ -99,6 +105,14 @@ def _arm_shutdown_deadline(sig: str = "", how: str = "", **kwargs: Any) -> None:
         _shutdown_armed.set()
         threading.Thread(target=_bounded_shutdown, args=(SHUTDOWN_GRACE_S,), name="shutdown-deadline",
                          daemon=True).start()
+
+
+@worker_init.connect
+def _no_pool_in_the_parent(**kwargs: Any) -> None:
+    """The worker's main process forks the children (and an embedded beat): it keeps no pool they could inherit
+    (each child's start closes what it inherited, and closing a pool the parent still uses would end the
+    parent's connections)."""
+    close_database_connections()
 
 
 @task_prerun.connect

@@ -36,7 +36,7 @@ from portal.core.models import (
     ReclaimKind,
     ResearchGroup,
 )
-from portal.core.services.summary import DEFINITIONS, shared_utilization_summary, window_summary
+from portal.core.services.summary import DEFINITIONS, utilization_summary, window_summary
 from portal.web.dashboard_window import (  # noqa: F401 (re-exported: the dashboard's range)
     DATE_HELP,
     DEFAULT_RANGE,
@@ -468,11 +468,11 @@ def _pct(value: float | None) -> str:
 
 
 def summary(window: Window | None = None) -> dict[str, Any]:
-    """The headline numbers above the charts: "now" from ``shared_utilization_summary()`` (the snapshot
-    ``/metrics`` and ``/api/summary/`` report), the range's from ``window_summary()`` and the read model's GPU
-    time."""
+    """The headline numbers above the charts: "now" from ``utilization_summary()`` (what ``/metrics`` and
+    ``/api/summary/`` report, read here with the rest of the dashboard's snapshot so that it is no older than
+    it), the range's from ``window_summary()`` and the read model's GPU time."""
     window = window or default_window()
-    now = shared_utilization_summary()
+    now = utilization_summary()
     ranged = window_summary(window.since, window.until)
     _, gpu = _hourly(window)
     lent_s, busy_s = float(gpu.lent_gpu_s.sum()), float(gpu.busy_gpu_s.sum())

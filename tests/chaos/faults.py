@@ -280,7 +280,7 @@ def reclaim_5x(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None
 def submit_200(sys_: ChaosSystem, result: FaultResult, before: Snapshot) -> None:
     """200 concurrent job submits as a researcher with a token, each with its own Idempotency-Key; refused ones
     (503 + Retry-After) are retried with the same key, as a client would. Every job answered 2xx must exist
-    exactly once. The burst jobs ask 16 GPUs (only a registered node that never connects has them): they are
+    exactly once. The burst jobs ask BURST_GPUS (only a registered node that never connects has them): they are
     valid, stay queued and are cancelled after."""
     barrier = threading.Barrier(BURST)
     first: list[int] = [0] * BURST

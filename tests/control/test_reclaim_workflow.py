@@ -357,6 +357,44 @@ async def test_emergency_kill_switch_is_committed_before_the_recovery(monkeypatc
     await b.close()
 
 
+async def test_a_retried_emergency_never_switches_off_a_node_lent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recovery that keeps failing is retried; once the provider has lent the node again, a retry must not
+    engage its kill-switch (its new jobs would be stopped)."""
+    from portal.control import tasks
+    from portal.control.models import AgentCommand
+    from portal.control.reclaim import apply as reclaims
+    from portal.core.lifecycle import nodes as node_lifecycle
+    from portal.core.models import Node
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a = await _online("src", "A", 9001)
+    holder, b = await _online("holder", "A", 9002)
+    job = await db(make_running_job)(src)
+    await db(_add_checkpoint)(job, src, 4, holder)
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("recovery failed")
+
+    monkeypatch.setattr(reclaims, "recover_from_replica", broken)
+    reclaim = await db(request_reclaim)(src, None, 0.0)
+    assert (await a.expect("killswitch"))["engaged"]
+
+    def lend_again() -> None:
+        from django.db import transaction
+
+        with transaction.atomic():
+            node_lifecycle.lend_again(Node.objects.select_for_update().get(pk=src.pk))
+
+    await db(lend_again)()
+    engaged = AgentCommand.objects.filter(node=src, kind="killswitch", payload__engaged=True)
+    before = await db(engaged.count)()
+    with pytest.raises(RuntimeError):
+        await db(tasks.run_reclaim.run)(reclaim.pk)
+    assert await db(engaged.count)() == before
+    await a.close()
+    await b.close()
+
+
 async def test_a_node_declared_lost_is_not_live_even_with_its_session_open() -> None:
     from portal.core.campus import live_node_pks as live_nodes
     from portal.core.lifecycle import nodes as node_lifecycle

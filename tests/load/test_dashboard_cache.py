@@ -67,14 +67,15 @@ def test_a_zero_bound_computes_the_dashboard_on_every_call(monkeypatch: pytest.M
 
 
 @override_settings(CACHES=LOCAL_CACHE, RECLAIMNET_DASHBOARD_MAX_AGE_S=5.0, RECLAIMNET_DASHBOARD_REFRESH_S=10.0)
-def test_summary_api_metrics_and_dashboard_read_one_shared_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
-    """/api/summary/, /metrics and the dashboard's "now" numbers come from one snapshot: after a change inside the
-    bound all three still agree (on the old numbers, at no statement for the summary); past it, on the new."""
+def test_summary_api_and_metrics_read_one_shared_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/api/summary/ and /metrics come from one snapshot: after a change inside the bound both still agree (on the
+    old numbers, at no statement for the summary); past it, on the new. The dashboard reads its "now" numbers
+    with its own snapshot, so they are never older than it."""
     from django.contrib.auth import get_user_model
     from rest_framework.test import APIClient
 
-    from portal.core import snapshots
     from portal.core.metrics import CampusCollector
+    from portal.core.services.summary import shared_utilization_summary
 
     cache.clear()
     tickcampus().build(8, samples_per_link=2)
@@ -92,17 +93,48 @@ def test_summary_api_metrics_and_dashboard_read_one_shared_snapshot(monkeypatch:
 
     monkeypatch.setattr(snapshots, "_clock", lambda: 1004.0)
     with CaptureQueriesContext(connection) as captured:
-        from portal.core.services.summary import shared_utilization_summary
-
         assert shared_utilization_summary()["nodes_by_state"]["online"] == online
     assert len(captured.captured_queries) == 0
     assert api.get("/api/summary/").json() == first
     assert metric_online() == online
-    assert dashboard.build()["summary"]["nodes_online"] == online  # built now, from the shared snapshot
+    assert dashboard.build()["summary"]["nodes_online"] == online - 1  # a new dashboard snapshot reads now
 
     monkeypatch.setattr(snapshots, "_clock", lambda: 1006.0)
     assert api.get("/api/summary/").json()["nodes_by_state"]["online"] == online - 1
     assert metric_online() == online - 1
+
+
+@override_settings(CACHES=LOCAL_CACHE, RECLAIMNET_DASHBOARD_MAX_AGE_S=5.0, RECLAIMNET_DASHBOARD_REFRESH_S=10.0)
+def test_an_unreachable_cache_computes_the_answer_instead_of_failing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis down must not take /metrics and /api/summary/ with it: the snapshot is computed for the call."""
+    class Unreachable:
+        def __getattr__(self, name: str) -> Any:
+            def fail(*_: Any, **__: Any) -> Any:
+                raise ConnectionError("Redis is restarting")
+            return fail
+
+    monkeypatch.setattr(snapshots, "cache", Unreachable())
+    calls: list[int] = []
+    assert snapshots.shared("test-unreachable", lambda: calls.append(1) or len(calls)) == 1
+    assert snapshots.shared("test-unreachable", lambda: calls.append(1) or len(calls)) == 2
+
+
+@override_settings(CACHES=LOCAL_CACHE, RECLAIMNET_DASHBOARD_MAX_AGE_S=5.0, RECLAIMNET_DASHBOARD_REFRESH_S=10.0)
+def test_an_older_computation_never_replaces_a_newer_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache.clear()
+    cache.set("test-order", (1010.0, "newer"))  # written meanwhile by a request that started later
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1020.0)  # this request's read: the entry is past the bound
+    assert snapshots.shared("test-order", lambda: "computed") == "computed"
+    assert cache.get("test-order") == (1020.0, "computed")
+    cache.set("test-order", (1030.0, "newest"))
+    monkeypatch.setattr(snapshots, "_clock", lambda: 1036.0)
+
+    def slow() -> str:
+        cache.set("test-order", (1040.0, "finished first"))  # another request finished while this one computed
+        return "older"
+
+    assert snapshots.shared("test-order", slow) == "older"
+    assert cache.get("test-order") == (1040.0, "finished first")
 
 
 @override_settings(CACHES=LOCAL_CACHE, RECLAIMNET_DASHBOARD_MAX_AGE_S=5.0, RECLAIMNET_DASHBOARD_REFRESH_S=10.0)

@@ -281,7 +281,7 @@ def p1_tick(now: dt.datetime | None = None, estimators: EstimatorState | None = 
             logs.append(DecisionLog(kind="p1", job_id=job_ids[k], request={
                 "budget_bytes_per_s": float(budget[g]), "guaranteed_budget_bytes_per_s": float(guaranteed[g]),
                 "beta": rn("BETA"), "node": int(nodes[g]), "min_interval_s": rn("MIN_CHECKPOINT_INTERVAL_S"),
-                "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard[i] - short_notice[i]),
+                "jobs": [{"id": job_ids[i], "hazard_per_s": float(hazard_of_node[group[i]]),
                           "short_notice_hazard_per_s": float(short_notice[i]),
                           "ckpt_bytes": float(p1_jobs.ckpt_bytes[i]), "loss_budget_s": rows[i][3],
                           "restart_s": rows[i][2], "stall_s": rows[i][9], "transfer_s": rows[i][10],

@@ -103,13 +103,17 @@ def send_kill_switch_first(reclaim_id: int) -> bool:
     short transaction, not after the allocation lock and the bookkeeping (design §9.10). True if it was sent.
 
     A redelivered task finds the step claimed and sends nothing. One that runs again after its recovery rolled
-    back sends it again: the newer command supersedes the older if unacked, and engaging twice is harmless."""
+    back sends it again while the node is still the provider's (reclaimed): the newer command supersedes the older
+    if unacked, and engaging twice is harmless. A node lent again meanwhile is never switched off by a retry."""
     reclaim = ReclaimEvent.objects.filter(pk=reclaim_id).values("kind", "node_id", "finished_at").first()
     if reclaim is None or reclaim["finished_at"] is not None or not _kills_at_once(reclaim["kind"]):
         return False
-    if ReclaimWork.objects.filter(reclaim_id=reclaim_id).exclude(phase=ReclaimPhase.REQUESTED).exists():
-        return False  # planned already: this is a redelivery
     with transaction.atomic():
+        node = Node.objects.select_for_update().filter(pk=reclaim["node_id"]).values("state").first()
+        if node is None or node["state"] != NodeState.RECLAIMED:
+            return False  # lent again (or gone): the reclaim is history for this node
+        if ReclaimWork.objects.filter(reclaim_id=reclaim_id).exclude(phase=ReclaimPhase.REQUESTED).exists():
+            return False  # planned already: this is a redelivery
         commands.send(reclaim["node_id"], "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim_id)
     return True
 
@@ -118,7 +122,7 @@ def _emergency(reclaim: ReclaimEvent, kill_switch_sent: bool = False) -> str:
     """τ = 0 (emergency, kill-switch, lost heartbeat): stop everything on the node now, resume every job from
     its freshest pre-synced replica as the plan says (design §1, §3)."""
     node = reclaim.node
-    if _kills_at_once(reclaim.kind) and not kill_switch_sent:
+    if _kills_at_once(reclaim.kind) and not kill_switch_sent and node.state == NodeState.RECLAIMED:
         commands.send(node.pk, "killswitch", engaged=True, stop_jobs=True, reclaim_id=reclaim.pk)
     jobs = _jobs_on(node.pk)
     moving = MigrationWork.objects.filter(migration__source=node, phase=MigrationPhase.CHECKPOINTING).exists()

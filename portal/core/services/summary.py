@@ -1,7 +1,7 @@
 """Campus-wide utilization and reclaim summary (design §6 metrics: work lost, migration success, utilization).
 
-One function feeds ``/api/summary/``, the Prometheus ``/metrics`` endpoint and the admin dashboard's "now"
-numbers, through one shared snapshot (:func:`shared_utilization_summary`), so they never disagree; :data:`DEFINITIONS` is what each number means, the text ``/metrics`` gives as
+One function feeds ``/api/summary/``, the Prometheus ``/metrics`` endpoint (both through one shared snapshot,
+:func:`shared_utilization_summary`) and the admin dashboard's "now" numbers, so they never disagree in definition; :data:`DEFINITIONS` is what each number means, the text ``/metrics`` gives as
 its HELP and the dashboard shows on hover (docs/design.md §9.1). :func:`window_summary` counts the same
 quantities over a time range.
 """
@@ -54,8 +54,8 @@ SUMMARY_KEY = "reclaimnet:summary:v1"
 
 def shared_utilization_summary() -> dict[str, Any]:
     """:func:`utilization_summary`, computed at most once per ``RECLAIMNET_DASHBOARD_MAX_AGE_S`` for the whole
-    deployment (:func:`portal.core.snapshots.shared`): ``/api/summary/``, ``/metrics`` and the dashboard's "now"
-    numbers read this one snapshot, so at any moment they agree exactly."""
+    deployment (:func:`portal.core.snapshots.shared`): ``/api/summary/`` and ``/metrics`` read this one snapshot,
+    so at any moment they agree exactly. The dashboard computes the same function within its own snapshot."""
     return snapshots.shared(SUMMARY_KEY, utilization_summary)
 
 
