@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from control_helpers import FakeAgent, db, make_node, make_running_job, until
@@ -323,14 +324,9 @@ async def test_killswitch_fires_at_the_deadline_even_if_recovery_fails(monkeypat
     await b.close()
 
 
-async def test_emergency_kill_switch_is_committed_before_the_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An emergency frees the provider's machine first: its kill-switch is committed on its own, so a recovery
-    that raises (and rolls back, to be retried) has already sent it; the retry recovers the job once."""
-    from portal.control import tasks
-    from portal.control.models import AgentCommand
+async def _emergency_whose_recovery_fails(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, FakeAgent, FakeAgent, Any]:
+    """A running job on ``src`` (agent a) with a replica on ``holder`` (agent b), and a recovery that raises."""
     from portal.control.reclaim import apply as reclaims
-    from portal.core.models import Migration, ReclaimEvent
-    from portal.core.services.reclaims import request_reclaim
 
     src, a = await _online("src", "A", 9001)
     holder, b = await _online("holder", "A", 9002)
@@ -341,6 +337,18 @@ async def test_emergency_kill_switch_is_committed_before_the_recovery(monkeypatc
         raise RuntimeError("recovery failed")
 
     monkeypatch.setattr(reclaims, "recover_from_replica", broken)
+    return src, a, b, job
+
+
+async def test_emergency_kill_switch_is_committed_before_the_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An emergency frees the provider's machine first: its kill-switch is committed on its own, so a recovery
+    that raises (and rolls back, to be retried) has already sent it; the retry recovers the job once."""
+    from portal.control import tasks
+    from portal.control.models import AgentCommand
+    from portal.core.models import Migration, ReclaimEvent
+    from portal.core.services.reclaims import request_reclaim
+
+    src, a, b, job = await _emergency_whose_recovery_fails(monkeypatch)
     reclaim = await db(request_reclaim)(src, None, 0.0)  # the inline relay runs run_reclaim, which raises
     ks = await a.expect("killswitch")
     assert ks["engaged"] and ks["stop_jobs"] and ks["reclaim_id"] == reclaim.pk
@@ -362,20 +370,11 @@ async def test_a_retried_emergency_never_switches_off_a_node_lent_again(monkeypa
     engage its kill-switch (its new jobs would be stopped)."""
     from portal.control import tasks
     from portal.control.models import AgentCommand
-    from portal.control.reclaim import apply as reclaims
     from portal.core.lifecycle import nodes as node_lifecycle
     from portal.core.models import Node
     from portal.core.services.reclaims import request_reclaim
 
-    src, a = await _online("src", "A", 9001)
-    holder, b = await _online("holder", "A", 9002)
-    job = await db(make_running_job)(src)
-    await db(_add_checkpoint)(job, src, 4, holder)
-
-    def broken(*_: object, **__: object) -> None:
-        raise RuntimeError("recovery failed")
-
-    monkeypatch.setattr(reclaims, "recover_from_replica", broken)
+    src, a, b, _ = await _emergency_whose_recovery_fails(monkeypatch)
     reclaim = await db(request_reclaim)(src, None, 0.0)
     assert (await a.expect("killswitch"))["engaged"]
 

@@ -109,7 +109,7 @@ class TopologyView(APIView):
 
 class SummaryView(APIView):
     """Campus utilization and reclaim summary (design §6 metrics). One snapshot at most 5 s old, shared by the
-    deployment: the dashboard's "now" numbers and /metrics report the same one (design §9.1)."""
+    deployment: /metrics reports the same one (design §9.1)."""
 
     @extend_schema(responses=s.SummarySerializer)
     def get(self, request: Request) -> Response:

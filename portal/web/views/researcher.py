@@ -231,14 +231,15 @@ def p1_inputs(job: Job) -> dict[str, Any] | None:
         if req is None:
             continue
         res = next((j for j in response.get("jobs", []) if str(j.get("id")) in wanted), {})
+        hazard_per_s = explain.planned_hazard_per_s(req, res)
         return {
             "decided_at": decision.created_at,
             "decision_id": decision.decision_id,
             "budget": request.get("budget_bytes_per_s"),
             "beta": request.get("beta", 0.2),
             "min_interval_s": request.get("min_interval_s"),
-            "hazard_per_s": explain.planned_hazard_per_s(req, res),
-            "hazard_per_h": explain.planned_hazard_per_s(req, res) * 3600,
+            "hazard_per_s": hazard_per_s,
+            "hazard_per_h": hazard_per_s * 3600,
             "ckpt_bytes": req.get("ckpt_bytes"),
             "cap": req.get("cap_bytes_per_s"),
             "loss_budget_s": req.get("loss_budget_s"),
