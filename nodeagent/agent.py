@@ -56,6 +56,7 @@ from nodeagent.transfer import (
 )
 
 MAX_REPORTED_SECONDS = 7 * 86400.0  # the portal refuses a checkpoint_done with a longer stall_s or write_s
+MAX_PAUSES = 16  # a job_exited's ``paused`` lists a run's newest pauses, at most this many (the portal refuses more)
 log = logging.getLogger("nodeagent")
 
 AGENT_VERSION = "0.1.0"
@@ -148,6 +149,10 @@ class Agent:
         self.fence_s: float | None = None  # fraction × the portal's heartbeat timeout (None: an older portal)
         self.heard_at = -float("inf")  # when the newest message the portal answered was sent (hello, heartbeat)
         self.fenced = False  # the jobs are paused (SIGSTOP) until a welcome says which are still ours
+        # When each running job was paused and resumed ([start, end], unix time, end None while paused), reported
+        # with its job_exited: time the job did not run is not work lost (design §9.9).
+        self.wall = time.time
+        self.pauses: dict[str, list[list[float | None]]] = {}
         self._beats_sent: OrderedDict[str, float] = OrderedDict()  # heartbeat seq → when it was sent
         self._hello_sent_at = -float("inf")  # when a hello was last sent again on a live connection
         self.report_ended = True  # until the first welcome: the hello lists the runs a predecessor left (§9.9)
@@ -416,7 +421,7 @@ class Agent:
                     await self.send(final_output)
                 reason = run.stop_reason or limit_reason or ("completed" if code == 0 else "exited")
                 exited = {"type": "job_exited", "job_id": int(job_id), "returncode": code, "step": run.step(),
-                          "result": run.result(), "reason": reason}
+                          "result": run.result(), "reason": reason, "paused": self.pop_pauses(job_id)}
                 reached = last_progress(run.work_dir)  # when the job got to that step (its step time, §9.9)
                 if reached is not None and reached[0] == exited["step"]:
                     exited["step_at"] = reached[1]
@@ -477,9 +482,28 @@ class Agent:
         self.fenced = True
         log.warning("portal not heard for %.1f s: %d job(s) paused until it says which are still ours",
                     self.clock() - self.heard_at, len(self.jobs))
-        for run in self.jobs.values():
+        for job_id, run in self.jobs.items():
             run.signal(signal.SIGSTOP)
+            spans = self.pauses.setdefault(job_id, [])
+            spans.append([self.wall(), None])
+            del spans[:-MAX_PAUSES]  # only the newest are reported
         return True
+
+    def _resumed(self, job_id: str) -> None:
+        """The job runs again (SIGCONT): its open pause ends now."""
+        spans = self.pauses.get(job_id)
+        if spans and spans[-1][1] is None:
+            spans[-1][1] = self.wall()
+
+    def pop_pauses(self, job_id: str) -> list[list[float]]:
+        """The run's pauses for its job_exited (and forgotten): the newest MAX_PAUSES, a pause still open ending
+        now (the run ended while paused), ordered and disjoint even if the wall clock stepped back."""
+        self._resumed(job_id)
+        out: list[list[float]] = []
+        for start, end in self.pauses.pop(job_id, [])[-MAX_PAUSES:]:
+            start = max(float(start or 0.0), out[-1][1] if out else 0.0)
+            out.append([start, max(start, float(end or start))])
+        return out
 
     def welcomed(self, welcome: dict[str, Any], hello_sent_at: float) -> None:
         """A welcome answers the hello sent at ``hello_sent_at``: learn the portal's heartbeat timeout (fence
@@ -500,6 +524,7 @@ class Agent:
                 run.stop_reason = "given away while the portal could not hear this node"
                 run.signal(signal.SIGKILL)
             run.signal(signal.SIGCONT)
+            self._resumed(job_id)
         log.info("unfenced: %d job(s) resumed, %d killed", len(set(self.jobs) & placed), len(set(self.jobs) - placed))
 
     async def _cmd_heartbeat_ack(self, msg: dict[str, Any]) -> None:
@@ -621,6 +646,7 @@ class Agent:
                              "result": {}, "reason": f"could not start: {exc}"[:500]})
             return
         self.jobs[job_id] = run
+        self.pauses.pop(job_id, None)  # an earlier run's
         await self.send({"type": "job_started", "job_id": int(job_id), "restored_sequence": restore,
                          "restored_step": restored_step})
         await self.sync_held()  # checkpoints newer than the one restored were abandoned

@@ -6,6 +6,7 @@ The agent side runs with an injected clock; one test pauses and resumes a real p
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -159,6 +160,55 @@ async def test_fencing_stops_the_job_process_group_and_the_welcome_continues_it(
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.asyncio
+async def test_the_agent_reports_when_it_had_each_run_paused_with_its_job_exited(tmp_path: Path) -> None:
+    """Time a fenced job did not run is not work lost (design §9.9): the job_exited of a run killed while paused
+    lists the pause, from the SIGSTOP to the kill, on the wall clock of the job's own progress record."""
+    now, wall = [0.0], [1_800_000_000.0]
+    agent = _agent(tmp_path, now)
+    agent.wall = lambda: wall[0]
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        agent.jobs["4"] = RunningJob(job_id="4", gpus=[], proc=proc, work_dir=tmp_path, ckpt_dir=tmp_path)
+        now[0], wall[0] = 7.5, wall[0] + 7.5
+        assert agent.check_fence() and _until_state(proc.pid, "T") == "T"
+        now[0], wall[0] = 30.0, wall[0] + 22.5  # the cut heals: the job was given away meanwhile
+        agent.welcomed({"type": "welcome", "node_id": 1, "heartbeat_timeout_s": TIMEOUT_S, "jobs": []}, 29.5)
+        proc.wait(5)
+        wall[0] += 1.0
+        await agent._watch_once()
+    finally:
+        proc.kill()
+        proc.wait()
+    exited = agent.ws.of("job_exited")
+    assert len(exited) == 1 and exited[0]["paused"] == [[1_800_000_007.5, 1_800_000_030.0]]
+    assert not agent.pauses
+
+
+def test_a_runs_pauses_are_reported_newest_first_bounded_ordered_and_closed(tmp_path: Path) -> None:
+    from nodeagent.agent import MAX_PAUSES
+
+    now, wall = [0.0], [100.0]
+    agent = _agent(tmp_path, now)
+    agent.wall = lambda: wall[0]
+    agent.jobs["4"] = _Run()
+    for _ in range(MAX_PAUSES + 2):  # fenced, heard again, resumed: over and over
+        now[0] += 8.0
+        wall[0] += 8.0
+        assert agent.check_fence()
+        wall[0] += 2.0
+        agent.welcomed({"type": "welcome", "node_id": 1, "heartbeat_timeout_s": TIMEOUT_S, "jobs": [4]}, now[0])
+    now[0] += 8.0
+    wall[0] += 8.0
+    assert agent.check_fence()
+    wall[0] -= 50.0  # the wall clock stepped back while the job was paused; it then ended
+    paused = agent.pop_pauses("4")
+    assert len(paused) == MAX_PAUSES and paused[-1] == [paused[-1][0], paused[-1][0]]
+    assert all(a[1] <= b[0] <= b[1] for a, b in itertools.pairwise(paused))
+    assert paused[0] == [100.0 + 3 * 10.0 + 8.0, 100.0 + 3 * 10.0 + 10.0]  # the oldest three are left out
+    assert agent.pop_pauses("4") == [] and agent.pop_pauses("5") == []
 
 
 # --- the portal side ------------------------------------------------------------------------------------------

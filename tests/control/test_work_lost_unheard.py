@@ -266,3 +266,80 @@ def test_a_restarted_agent_says_in_its_first_hello_how_far_its_predecessors_jobs
                                                 {"job_id": 7, "step": 290, "t": now - 2}]
         agent.welcomed({"type": "welcome", "node_id": 1, "heartbeat_timeout_s": 10.0, "jobs": []}, 0.0)
         assert "ended_jobs" not in agent._hello()  # recorded with the hello that was answered
+
+
+# --- a run's pauses, as its agent reports them with its job_exited (design §9.9) --------------------------------
+
+def _cut_off(src: Any, holder: Any, job: Any, sequence: int, step: int, heard_step: int) -> Any:
+    """The portal last heard ``src`` at ``heard_step``, gives the node up and resumes the job from checkpoint
+    ``sequence`` on the holder; returns the migration."""
+    from django.utils import timezone
+
+    from portal.control.loop.ticks import control_tick
+    from portal.core.models import Migration, Node
+
+    _handle(src, "heartbeat", seq=1, gpu_util=[], egress={}, jobs=[{"job_id": job.pk, "step": heard_step}])
+    Node.objects.filter(pk=src.pk).update(last_heartbeat_at=timezone.now() - dt.timedelta(seconds=3600))
+    control_tick()
+    _handle(holder, "job_started", job_id=job.pk, restored_sequence=sequence, restored_step=step)
+    return Migration.objects.get(job=job, source=src)
+
+
+@db
+def test_a_cut_off_run_that_wrote_no_checkpoint_heard_counts_its_own_slow_steps_not_the_jobs_typical_step() -> None:
+    """tests/chaos agent_cut: a run resumed from step 200 (a checkpoint an earlier run wrote, at 0.1 s a step)
+    and was cut off 2 s later; the checkpoint it then wrote took 15 s (a loaded disk) and never reached the
+    portal. Given up, the job resumed from step 200 again. The late job_exited says step 300 at 26 s into the
+    run, and that the run was paused (fenced) only after that: the 100 redone steps took 26 s, not the 10 s the
+    job's typical step gives (which the portal recorded: 2.7 s for 9.4 s redone)."""
+    from django.utils import timezone
+
+    from portal.core.models import Checkpoint, Migration, Placement
+
+    first, src, holder = _online("first"), _online("src"), _online("holder")
+    job = make_running_job(first)
+    _run(job, first, 120.0, [(1, 100, 10.0), (2, 200, 20.0)], holder)
+    Checkpoint.objects.filter(job=job).update(node=None)  # the copies left are the holder's
+    started = timezone.now() - dt.timedelta(seconds=60)
+    Placement.objects.filter(job=job, node=first).update(ended_at=started, end_reason="agent restarted")
+    run = Placement.objects.create(job=job, node=src, gpu_indices=[0])
+    Placement.objects.filter(pk=run.pk).update(started_at=started)
+    mig = _cut_off(src, holder, job, 2, 200, heard_step=220)
+    assert mig.work_lost_s == pytest.approx((220 - 200) * STEP_S, rel=0.01)  # all the portal knew then
+    _handle(src, "job_exited", job_id=job.pk, returncode=-9, step=300, result={}, reason="given away",
+            step_at=_at(started, 26.0), paused=[[_at(started, 26.1), _at(started, 50.0)]])
+    assert Migration.objects.get(pk=mig.pk).work_lost_s == pytest.approx(26.0, rel=0.01)
+
+
+@db
+def test_a_run_whose_agent_reports_no_pause_counts_a_slow_stretch_at_its_pace_and_a_reported_pause_not_at_all(
+        ) -> None:
+    """The stretch from the checkpoint resumed from (step 200, at 20 s) to the final step (300, at 45 s) is 2.5
+    times the run's typical 0.1 s a step. Without a pause list the portal cannot tell a slow stretch from a
+    pause and takes the typical step; with one it knows: no pause, so 25 s; or a 15 s pause, so 10 s."""
+    from portal.core.models import Migration
+
+    for name, paused, expected_s in (("none", None, 10.0), ("slow", [], 25.0),
+                                     ("fenced", [[22.0, 37.0]], 10.0)):
+        src, holder = _online(f"src-{name}"), _online(f"holder-{name}")
+        job = make_running_job(src)
+        started = _run(job, src, 90.0, [(1, 100, 10.0), (2, 200, 20.0)], holder)
+        mig = _cut_off(src, holder, job, 2, 200, heard_step=210)
+        extra = {} if paused is None else {"paused": [[_at(started, a), _at(started, b)] for a, b in paused]}
+        _handle(src, "job_exited", job_id=job.pk, returncode=-9, step=300, result={}, reason="given away",
+                step_at=_at(started, 45.0), **extra)
+        assert Migration.objects.get(pk=mig.pk).work_lost_s == pytest.approx(expected_s, rel=0.01), name
+
+
+def test_the_pause_list_of_a_job_exited_is_checked_at_the_boundary() -> None:
+    from portal.control.link.protocol import MAX_PAUSES, ProtocolError, validate
+
+    base = {"type": "job_exited", "job_id": 3, "returncode": -9, "step": 10, "result": {}, "reason": "r"}
+    t = 1.8e9
+    assert validate({**base, "paused": []}) == "job_exited"
+    assert validate({**base, "paused": [[t, t + 5], [t + 5, t + 9.5]]}) == "job_exited"
+    for bad in ("x", [[t]], [[t, "t"]], [[t, float("nan")]], [[t, float("inf")]], [[True, t]], [[t, t - 1]],
+                [[t, t + 5], [t + 4, t + 6]], [[-1.0, t]], [[t, 2.0**40]], [{"start": t, "end": t}],
+                [[t + i, t + i] for i in range(MAX_PAUSES + 1)]):
+        with pytest.raises(ProtocolError):
+            validate({**base, "paused": bad})

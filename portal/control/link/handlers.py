@@ -38,12 +38,14 @@ from portal.control.link.protocol import (
     JobExited,
     JobOutputReport,
     JobStarted,
+    ProtocolError,
     TransferReceived,
     TransferRejected,
     TransferSent,
     Welcome,
     held_items,
     job_gpu_util,
+    pause_intervals,
 )
 from portal.control.models import (
     AgentSession,
@@ -540,7 +542,7 @@ def job_exited(node_id: int, msg: JobExited) -> None:
         if not job.placements.filter(node_id=node_id).exists():
             raise RefusedError(f"job {job.pk} was never placed on this node")
         if msg["reason"] != RESTORE_FAILED:
-            old_run_ended(job, node_id, int(msg["step"]), _step_at(msg))
+            old_run_ended(job, node_id, int(msg["step"]), _step_at(msg), _paused(msg))
         return
     job = Job.objects.select_for_update().get(pk=job.pk)
     if msg["reason"] == RESTORE_FAILED:
@@ -580,6 +582,16 @@ def _step_at(msg: JobExited) -> dt.datetime | None:
     if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t) or not 0 < t < 2**33:
         return None
     return dt.datetime.fromtimestamp(t, tz=dt.UTC)
+
+
+def _paused(msg: JobExited) -> list[tuple[float, float]] | None:
+    """When the agent had the run paused (design §9.9), if it said (checked at the boundary: ``validate``)."""
+    if "paused" not in msg:
+        return None
+    try:
+        return pause_intervals("job_exited", msg["paused"])
+    except ProtocolError:
+        return None
 
 
 def _stopped_by_us(node_id: int) -> bool:

@@ -146,6 +146,7 @@ class JobExited(TypedDict):
     reason: str
     output_tail: NotRequired[str]  # the end of what the job printed: a failed job's status quotes its last lines
     step_at: NotRequired[float]  # unix time the job reached ``step`` (its progress record): its step time, §9.9
+    paused: NotRequired[list[list[float]]]  # when the run was paused (fenced): [start, end] unix times, §9.9
 
 
 class JobOutputReport(TypedDict):
@@ -264,6 +265,27 @@ MAX_LIST_ITEMS = 256
 MAX_INT = 2**63 - 1  # PostgreSQL bigint: a larger number would fail in the handler, not be refused here
 MAX_CKPT_SECONDS = 7 * 86400.0  # a checkpoint's stall/write/transfer time above a week is not a measurement
 CKPT_MODES = ("sync", "async")
+MAX_PAUSES = 16  # job_exited.paused: the run's newest pauses (nodeagent/agent.py sends at most this many)
+MAX_UNIX_TIME = 2.0**33  # a unix time past this (year 2242) is not a time the agent could have read
+
+
+def pause_intervals(kind: str, value: Any) -> list[tuple[float, float]]:
+    """A report's ``paused`` (design §9.9: when the agent had its run stopped): at most MAX_PAUSES pairs
+    [start, end] of finite unix times, each ordered and none before the previous one's end. Raises
+    :class:`ProtocolError`."""
+    if not isinstance(value, list) or len(value) > MAX_PAUSES:
+        raise ProtocolError(f"{kind}.paused: a list of at most {MAX_PAUSES} [start, end] pairs")
+    out: list[tuple[float, float]] = []
+    for item in value:
+        if (not isinstance(item, list) or len(item) != 2
+                or not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                           and 0 < x < MAX_UNIX_TIME for x in item)):
+            raise ProtocolError(f"{kind}.paused: each item a pair of finite unix times")
+        start, end = float(item[0]), float(item[1])
+        if end < start or (out and start < out[-1][1]):
+            raise ProtocolError(f"{kind}.paused: pairs must be ordered and must not overlap")
+        out.append((start, end))
+    return out
 
 
 def _check_seconds(kind: str, msg: dict[str, Any], names: tuple[str, ...]) -> None:
@@ -378,6 +400,8 @@ def validate(msg: dict[str, Any]) -> str:
         _check_held(msg["checkpoints"])
     if kind == "job_output":
         _check_output(msg)
+    if kind == "job_exited" and "paused" in msg:
+        pause_intervals(kind, msg["paused"])
     if "sha256" in SCHEMAS[kind] and not HEX64.match(msg["sha256"]):
         raise ProtocolError(f"{kind}.sha256: not 64 lowercase hex digits")
     if kind in ("checkpoint_done", "transfer_received") and msg["size_bytes"] <= 0:

@@ -15,6 +15,7 @@ import itertools
 import logging
 import statistics
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -256,11 +257,26 @@ def old_run(job: Job, node_pk: int) -> Placement | None:
 PAUSED_FACTOR = 2.0  # a stretch of a run this many times slower than its typical step held a pause (§9.10)
 
 
+Pauses = Sequence[tuple[float, float]]  # when the agent had a run stopped: [start, end] unix times (§9.9)
+
+
+def paused_s(paused: Pauses, start: dt.datetime, end: dt.datetime) -> float:
+    """Seconds of ``paused`` within [start, end]."""
+    a, b = start.timestamp(), end.timestamp()
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for lo, hi in paused)
+
+
 def seconds_per_step(job: Job, run: Placement | None, last_step: int,
-                     progress: tuple[int, dt.datetime] | None = None, resumed_step: int | None = None) -> float | None:
+                     progress: tuple[int, dt.datetime] | None = None, resumed_step: int | None = None,
+                     paused: Pauses | None = None) -> float | None:
     """How long one step of ``job`` took in ``run`` (design §9.9 work lost), from the best evidence, on the run's
     own clock:
 
+    0. when ``progress`` is known and the run's agent said when it had the run paused (``paused``, its
+       job_exited), the run's own time from the mark at or below ``resumed_step`` nearest to it (the checkpoint
+       it resumed from when the run wrote it, else the run's start at the step it started from; failing both,
+       its earliest mark) up to ``progress``, less the time it was paused, over the steps between: the time
+       the redone steps really took, however slowly (a load, a checkpoint that took seconds to write);
     1. when ``progress`` (a step the run reached and when: its final report, or what its restarted agent found)
        follows one of the run's checkpoints, the pace from that checkpoint to it — from the one at
        ``resumed_step`` when the run wrote it, which makes it the time the redone steps really took (the run
@@ -274,7 +290,8 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int,
     4. else the run's duration over the steps it made, from the checkpoint it resumed (step 0 if none), up to
        ``progress`` when known — never to the end of its placement, which outlives a run that died with its
        agent by the time the portal took to notice.
-    None when nothing tells. ``progress`` outside the run is ignored."""
+    Without ``paused`` (an older agent; a run that died with its agent) a stretch that slow cannot be told from
+    a pause, hence the factor in 1. None when nothing tells. ``progress`` outside the run is ignored."""
     points = list(Checkpoint.objects.filter(job=job).order_by("sequence").values_list("step", "taken_at"))
     if run is not None:
         ended = run.ended_at or timezone.now()
@@ -283,6 +300,16 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int,
         typical = statistics.median(own) if own else None
         if progress is not None and not run.started_at <= progress[1] <= ended:
             progress = None
+        if progress is not None and paused is not None:
+            before = [s for s, t in points if t <= run.started_at]
+            marks = [(t, s) for t, s in [(run.started_at, max(before) if before else 0), *mine]
+                     if s < progress[0] and t <= progress[1]]
+            covering = [m for m in marks if resumed_step is None or m[1] <= resumed_step]
+            if marks:
+                since, step = max(covering, key=lambda m: (m[1], m[0])) if covering else min(marks, key=lambda m: m[1])
+                ran_s = (progress[1] - since).total_seconds() - paused_s(paused, since, progress[1])
+                if ran_s > 0:
+                    return ran_s / (progress[0] - step)
         anchors = [(t, s) for t, s in mine if progress is not None and s < progress[0] and t < progress[1]]
         anchor = ([a for a in anchors if a[1] == resumed_step] or anchors or [None])[-1]
         if progress is not None and anchor is not None:
@@ -321,12 +348,14 @@ def run_progress(job: Job, run: Placement | None) -> tuple[int, dt.datetime] | N
 
 
 def measured_work_lost_s(job: Job, source_pk: int, resumed_step: int, last_step: int,
-                         progress: tuple[int, dt.datetime] | None = None) -> float | None:
+                         progress: tuple[int, dt.datetime] | None = None,
+                         paused: Pauses | None = None) -> float | None:
     """Work lost as progress thrown away (design §9.9): (the last step the run on ``source_pk`` executed − the
     step the job resumed from) × that run's seconds per step. ``last_step`` is the portal's best evidence (the
     run's final report, else its last progress report), raised to the newest checkpoint the run wrote.
-    ``progress``: a step the run reached and when (default: the job's runtime record, if of this run). None when
-    the step time is unknown."""
+    ``progress``: a step the run reached and when (default: the job's runtime record, if of this run);
+    ``paused``: when the run's agent had it paused, with ``progress`` (its job_exited). None when the step time
+    is unknown."""
     run = old_run(job, source_pk)
     if run is not None:
         ended = run.ended_at or timezone.now()
@@ -337,7 +366,7 @@ def measured_work_lost_s(job: Job, source_pk: int, resumed_step: int, last_step:
     steps = max(0, last_step - resumed_step)
     if steps == 0:
         return 0.0
-    per_step_s = seconds_per_step(job, run, last_step, progress, resumed_step)
+    per_step_s = seconds_per_step(job, run, last_step, progress, resumed_step, paused)
     return None if per_step_s is None else steps * per_step_s
 
 
@@ -366,12 +395,14 @@ def run_died(job: Job, node_pk: int, last_step: int, last_at: dt.datetime) -> bo
     return True
 
 
-def old_run_ended(job: Job, node_pk: int, last_step: int, last_at: dt.datetime | None = None) -> None:
+def old_run_ended(job: Job, node_pk: int, last_step: int, last_at: dt.datetime | None = None,
+                  paused: Pauses | None = None) -> None:
     """The run of ``job`` on ``node_pk`` reported its final step after the job left that node (a ``job_exited``
     that arrives late, e.g. once a cut healed): the best evidence of how far it got (design §9.9). The
     migration off that node is corrected: once finished, its work lost is raised to what this step shows; before
     that, the step is kept as the job's progress, which the start on the destination measures from.
-    ``last_at``: when the run was at that step, if known (kept with it, for the run's seconds per step)."""
+    ``last_at``: when the run was at that step, if known (kept with it, for the run's seconds per step);
+    ``paused``: when its agent had the run paused, if it said (measured against, for a finished migration)."""
     mig = (Migration.objects.select_related("checkpoint").filter(job=job, source_id=node_pk)
            .order_by("-started_at", "-pk").first())
     if mig is None:
@@ -384,7 +415,7 @@ def old_run_ended(job: Job, node_pk: int, last_step: int, last_at: dt.datetime |
             JobRuntime.objects.update_or_create(job=job, defaults={"last_step": last_step, "last_report_at": last_at})
         return
     resumed = mig.checkpoint.step if mig.checkpoint is not None else 0
-    lost_s = measured_work_lost_s(job, node_pk, resumed, last_step, progress)
+    lost_s = measured_work_lost_s(job, node_pk, resumed, last_step, progress, paused if progress else None)
     if lost_s is not None and lost_s > mig.work_lost_s:
         Migration.objects.filter(pk=mig.pk).update(work_lost_s=lost_s)
 
