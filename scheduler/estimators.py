@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.sparse import csr_matrix
 from scipy.special import gammaincinv, ndtri
 
 __all__ = ["NOTICE_EDGES_S", "PLAN_HAZARD_QUANTILE", "BandwidthEstimator", "HazardEstimator", "adaptivity_gap",
@@ -46,22 +45,23 @@ PLAN_HAZARD_QUANTILE: float | None = None
 # that need (interpolated in log notice) as hazard: such a reclaim leaves it no time and loses what an emergency
 # loses.
 NOTICE_EDGES_S = np.array([15.0, 30.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 3840.0, 7680.0])
+_LOG_EDGES, _EDGE_INDEX = np.log(NOTICE_EDGES_S), np.arange(NOTICE_EDGES_S.size)  # short_notice_rate_per_s's grid
 
 
 CONFIRM_CHI2_1DF = 3.841  # 95% point of chi-square(1): a change at one given point, not a scan
 
 
 def _loglik(n: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Maximised Poisson log-likelihood n·log(n/x) - n (0 where n = 0)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(n > 0, n * np.log(n / np.maximum(x, 1e-300)) - n, 0.0)
+    """Maximised Poisson log-likelihood n·log(n/x) - n (0 where n = 0; the caller silences log(0)'s warning)."""
+    return np.where(n > 0, n * np.log(n / np.maximum(x, 1e-300)) - n, 0.0)
 
 
 def _change_lr(cum_n: np.ndarray, cum_x: np.ndarray) -> np.ndarray:
     """2 x log-likelihood ratio of one rate change after the newest k+1 buckets against none, for every k
     (row k), from newest-first cumulative events and exposure (per column if 2-D)."""
     tn, tx = cum_n[-1], cum_x[-1]
-    return 2.0 * (_loglik(cum_n[:-1], cum_x[:-1]) + _loglik(tn - cum_n[:-1], tx - cum_x[:-1]) - _loglik(tn, tx))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 2.0 * (_loglik(cum_n[:-1], cum_x[:-1]) + _loglik(tn - cum_n[:-1], tx - cum_x[:-1]) - _loglik(tn, tx))
 
 
 class HazardEstimator:
@@ -96,10 +96,10 @@ class HazardEstimator:
         g = np.zeros(n_nodes, dtype=np.int64) if group_of is None else np.asarray(group_of)
         _, self.group = np.unique(g, return_inverse=True)
         self.n_groups = int(self.group.max()) + 1
-        # node → group indicator, stored transposed (G, n) once: each estimate sums events and exposure per group
-        self._onehot_t = csr_matrix(
-            (np.ones(n_nodes), (np.arange(n_nodes), self.group)), shape=(n_nodes, self.n_groups)
-        ).T.tocsr()
+        # (bucket, node) → bucket·G + group: one bincount sums events and exposure per bucket and group, node by
+        # node in index order (what the one-hot product summed, bit for bit)
+        self._group_cell = (np.arange(math.ceil(window_s / bucket_s))[:, None] * self.n_groups
+                            + self.group[None, :])
         self.window_s = float(window_s)
         self.bucket_s = float(bucket_s)
         self.confidence = float(confidence)
@@ -110,6 +110,7 @@ class HazardEstimator:
         self.campus_change_test = bool(campus_change_test)
         self.k = math.ceil(window_s / bucket_s)
         self.min_short_buckets = max(1, math.ceil(min_short_s / bucket_s))
+        self._ages = np.arange(self.k, dtype=np.int64)
         self._events = np.zeros((self.k, n_nodes))
         self._exposure_s = np.zeros((self.k, n_nodes))
         self._bucket = np.full(self.k, -(2**62), dtype=np.int64)  # absolute bucket id held by each slot
@@ -121,6 +122,7 @@ class HazardEstimator:
         self._sched_events = np.zeros((NOTICE_EDGES_S.size, n_nodes))
         self._sched_exposure_s = np.zeros(n_nodes)
         self._sched_t = np.array([-math.inf])
+        self._sched_cell = (np.arange(NOTICE_EDGES_S.size)[:, None] * self.n_groups + self.group[None, :]).ravel()
         self._cache: tuple[float, int, dict[str, np.ndarray]] | None = None
         self._version = 0
 
@@ -240,38 +242,44 @@ class HazardEstimator:
         flat = (ce.sum() + m) / (cx.sum() + m / self.prior_per_s)
         campus = (ce + m) / (cx + m / flat)
         group = (self._prof_events + m) / (self._prof_exposure_s + m / campus[None, :])
-        return group / group.mean(axis=1, keepdims=True)
+        return group / (group.sum(axis=1, keepdims=True) / group.shape[1])  # the mean, as np.mean computes it
 
     def _estimate(self, t_s: float) -> dict[str, np.ndarray]:
         if self._cache is not None and self._cache[0] == t_s and self._cache[1] == self._version:
             return self._cache[2]
         m = self.prior_events
         shape_g = self._shape()
-        shape_n = shape_g[self.group]  # (n, 24)
         b_now = math.floor(t_s / self.bucket_s)
-        age = b_now - self._bucket
-        live = (age >= 0) & (age < self.k)
-        order = np.argsort(np.where(live, age, self.k + 1), kind="stable")[: int(live.sum())]
+        # the live buckets newest first: bucket b_now - j sits in slot (b_now - j) % k if it is held at all
+        want = b_now - self._ages
+        slots = want % self.k
+        order = slots[self._bucket[slots] == want]
         hours = ((self._bucket[order] * self.bucket_s) // HOUR_S).astype(np.int64) % 24
         ev = self._events[order]  # (A, n), newest first
-        exw = self._exposure_s[order] * shape_n[:, hours].T  # shape-weighted exposure
-        a = ev.shape[0]
-        use = np.full(self.n_groups, a)  # buckets used per group (newest first)
+        exw = self._exposure_s[order] * shape_g[:, hours].T[:, self.group]  # shape-weighted exposure
+        a, n_g_ = ev.shape[0], self.n_groups
+        use = np.full(n_g_, a)  # buckets used per group (newest first)
         if a >= 2:
-            ng = np.asarray(self._onehot_t @ ev.T).T  # (A, G)
-            xg = np.asarray(self._onehot_t @ exw.T).T
+            cell = self._group_cell[:a].ravel()
+            ng = np.bincount(cell, weights=ev.ravel(), minlength=a * n_g_).reshape(a, n_g_)  # (A, G)
+            xg = np.bincount(cell, weights=exw.ravel(), minlength=a * n_g_).reshape(a, n_g_)
             cn, cx = np.cumsum(ng, axis=0), np.cumsum(xg, axis=0)
-            lr = self._change_scan(cn, cx)
+            pooled = self.campus_change_test and n_g_ > 1
+            if pooled:  # the pooled campus is one more column of the same scan (element by element the same)
+                lr = self._change_scan(np.concatenate((cn, cn.sum(axis=1)[:, None]), axis=1),
+                                       np.concatenate((cx, cx.sum(axis=1)[:, None]), axis=1))
+                lr, lr_c = lr[:, :n_g_], lr[:, n_g_]
+            else:
+                lr = self._change_scan(cn, cx)
             best = np.argmax(lr, axis=0)
-            fired = lr[best, np.arange(self.n_groups)] > self.change_threshold
+            fired = lr[best, np.arange(n_g_)] > self.change_threshold
             use = np.where(fired, best + 1, a)
             quiet = ~fired
-            if self.campus_change_test and self.n_groups > 1 and quiet.any():
+            if pooled and quiet.any():
                 # the same scan on the pooled campus: a campus-wide shift shows there with G x the events.
                 # The groups whose own test did not fire take its change point only if their pooled data
                 # also shows a change there (a 1-df test at that one point), so a group that changed alone
                 # cannot cut the others' windows.
-                lr_c = self._change_scan(cn.sum(axis=1), cx.sum(axis=1))
                 k = int(np.argmax(lr_c))
                 if lr_c[k] > self.change_threshold:
                     lr_q = _change_lr(cn[:, quiet].sum(axis=1), cx[:, quiet].sum(axis=1))[k]
@@ -280,36 +288,44 @@ class HazardEstimator:
         in_window = np.arange(a)[:, None] < use[self.group][None, :]  # (A, n)
         n_i = (ev * in_window).sum(axis=0)
         x_i = (exw * in_window).sum(axis=0)
-        n_g = np.bincount(self.group, weights=n_i, minlength=self.n_groups)
-        x_g = np.bincount(self.group, weights=x_i, minlength=self.n_groups)
+        n_g = np.bincount(self.group, weights=n_i, minlength=n_g_)
+        x_g = np.bincount(self.group, weights=x_i, minlength=n_g_)
         theta_c = (n_g.sum() + m) / (x_g.sum() + m / self.prior_per_s)
         theta_g = (n_g + m) / (x_g + m / theta_c)
         rate = x_i + m / theta_g[self.group]
         shape_post = n_i + m
-        level = shape_post / rate
-        upper = gammaincinv(shape_post, self.confidence) / rate
-        # The levels above the nodes, with their own upper bounds (the read model falls back to them).
-        rate_g = x_g + m / theta_c
-        group_upper = gammaincinv(n_g + m, self.confidence) / rate_g
-        campus_rate = x_g.sum() + m / self.prior_per_s
-        campus_upper = gammaincinv(n_g.sum() + m, self.confidence) / campus_rate
         out = {
-            "level": level,
-            "upper": upper,
+            "level": shape_post / rate,
             "post_shape": shape_post,
             "post_rate": rate,
-            "shape": shape_n,
+            "shape": shape_g[self.group],  # (n, 24)
             "window_s": use[self.group] * self.bucket_s,
             "events": n_i,
             "exposure_s": x_i,
             "group_level": theta_g,
-            "group_upper": group_upper,
             "group_shape": shape_g,
             "campus_level": np.array([theta_c]),
-            "campus_upper": np.array([campus_upper]),
+            # the levels above the nodes, for their own upper bounds (the read model falls back to them)
+            "group_rate": x_g + m / theta_c,
+            "group_events": n_g,
+            "campus_rate": np.array([x_g.sum() + m / self.prior_per_s]),
         }
         self._cache = (t_s, self._version, out)
         return out
+
+    def _upper(self, t_s: float, key: str) -> np.ndarray:
+        """The estimate at ``t_s`` with its upper bound ``key`` ("upper", "group_upper" or "campus_upper"): the
+        Gamma posterior's `confidence` quantile of the node, group or campus level, computed when first asked."""
+        e = self._estimate(t_s)
+        if key not in e:
+            m, q = self.prior_events, self.confidence
+            if key == "upper":
+                e[key] = gammaincinv(e["post_shape"], q) / e["post_rate"]
+            elif key == "group_upper":
+                e[key] = gammaincinv(e["group_events"] + m, q) / e["group_rate"]
+            else:
+                e[key] = np.array([gammaincinv(e["group_events"].sum() + m, q) / e["campus_rate"][0]])
+        return e[key]
 
     def _change_scan(self, cum_n: np.ndarray, cum_x: np.ndarray) -> np.ndarray:
         """`_change_lr` with change points that leave a newer segment shorter than min_short_s masked out:
@@ -326,7 +342,7 @@ class HazardEstimator:
     def hazard_upper_per_s(self, t_s: float) -> np.ndarray:
         """Upper confidence bound λ⁺_i(t) per node; > 0 always (prior pseudo-events)."""
         e = self._estimate(t_s)
-        return e["upper"] * e["shape"][:, int(t_s // HOUR_S) % 24]
+        return self._upper(t_s, "upper") * e["shape"][:, int(t_s // HOUR_S) % 24]
 
     def hazard_plan_per_s(self, t_s: float, quantile: float | None = PLAN_HAZARD_QUANTILE) -> np.ndarray:
         """The hazard P1 plans Δ at (design §2 "Estimators"): the posterior mean λ̂ (``quantile`` None) or the Gamma
@@ -347,7 +363,8 @@ class HazardEstimator:
         f = math.exp(-max(t_s - self._sched_t[0], 0.0) / self.window_s) if math.isfinite(self._sched_t[0]) else 0.0
         n_i, x_i = self._sched_events * f, self._sched_exposure_s * f  # (K, n), (n,)
         e0 = self.prior_events / self.prior_per_s
-        n_g = np.stack([np.bincount(self.group, weights=row, minlength=self.n_groups) for row in n_i])  # (K, G)
+        n_g = np.bincount(self._sched_cell, weights=n_i.ravel(),
+                          minlength=n_i.size // self.n_nodes * self.n_groups).reshape(-1, self.n_groups)  # (K, G)
         x_g = np.bincount(self.group, weights=x_i, minlength=self.n_groups)
         theta_c = n_g.sum(axis=1) / (x_g.sum() + e0)  # (K,)
         theta_g = (n_g + theta_c[:, None] * e0) / (x_g[None, :] + e0)
@@ -362,7 +379,7 @@ class HazardEstimator:
     def hourly_profile_upper_per_s(self, t_s: float) -> np.ndarray:
         """(n_nodes, 24) upper-bound profile (λ⁺ level x shape)."""
         e = self._estimate(t_s)
-        return e["upper"][:, None] * e["shape"]
+        return self._upper(t_s, "upper")[:, None] * e["shape"]
 
     def group_hazard_per_s(self, t_s: float) -> np.ndarray:
         """Point estimate per group (building or provider, as `group_of` was given), at t's hour."""
@@ -380,14 +397,14 @@ class HazardEstimator:
         """(n_groups, 24) hourly profile of each group's level (λ̂, or λ⁺ with ``upper``), in the order of the
         sorted group labels given as ``group_of``."""
         e = self._estimate(t_s)
-        return (e["group_upper"] if upper else e["group_level"])[:, None] * e["group_shape"]
+        return (self._upper(t_s, "group_upper") if upper else e["group_level"])[:, None] * e["group_shape"]
 
     def campus_hourly_profile_per_s(self, t_s: float, *, upper: bool = False) -> np.ndarray:
         """(24,) hourly profile of the campus level, shaped like its nodes (node-weighted group shapes)."""
         e = self._estimate(t_s)
         weights = np.bincount(self.group, minlength=self.n_groups).astype(float)
         shape = np.average(e["group_shape"], axis=0, weights=weights)
-        return float((e["campus_upper"] if upper else e["campus_level"])[0]) * shape
+        return float((self._upper(t_s, "campus_upper") if upper else e["campus_level"])[0]) * shape
 
     def window_used_s(self, t_s: float) -> np.ndarray:
         """Per node, the window the level came from (shorter than window_s after a detected change)."""
@@ -476,10 +493,12 @@ def short_notice_rate_per_s(rates_per_s: np.ndarray, need_s: np.ndarray) -> np.n
     P1 adds it to λ for a job whose final checkpoint needs ``need_s`` = C/b + T_r: a reclaim with less notice
     loses what an emergency loses."""
     rates = np.atleast_2d(np.asarray(rates_per_s, dtype=float))
-    raw = np.broadcast_to(np.asarray(need_s, dtype=float), rates.shape[:1])
-    need = np.nan_to_num(raw, nan=0.0)
+    raw = np.asarray(need_s, dtype=float)
+    if raw.shape != rates.shape[:1]:
+        raw = np.broadcast_to(raw, rates.shape[:1])
+    need = raw if np.isfinite(raw).all() else np.nan_to_num(raw, nan=0.0)
     edges = NOTICE_EDGES_S
-    pos = np.clip(np.interp(np.log(np.maximum(need, 1e-9)), np.log(edges), np.arange(edges.size)), 0, edges.size - 1)
+    pos = np.clip(np.interp(np.log(np.maximum(need, 1e-9)), _LOG_EDGES, _EDGE_INDEX), 0, edges.size - 1)
     k = np.minimum(np.floor(pos).astype(np.int64), edges.size - 2)
     frac = pos - k
     rows = np.arange(rates.shape[0])

@@ -168,8 +168,8 @@ def _cube_root_level(w: np.ndarray, cap: np.ndarray, g: np.ndarray, budgets: np.
     gs, ws, rs = g[order], w[order], ratio[order]
     caps_sorted = cap[order]
     # Group boundaries in the sorted order.
-    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
-    run = np.diff(np.r_[starts, n])
+    starts = np.flatnonzero(np.concatenate(([True], gs[1:] != gs[:-1])))
+    run = np.diff(starts, append=n)
     start_of = np.repeat(starts, run)
     # Caps of earlier (lower-ratio) jobs; inf caps only ever sit after the answer, so count them as 0.
     finite_cap = np.where(np.isfinite(caps_sorted), caps_sorted, 0.0)
@@ -185,9 +185,9 @@ def _cube_root_level(w: np.ndarray, cap: np.ndarray, g: np.ndarray, budgets: np.
     level_of_group = np.full(budgets.shape[0], np.inf)  # inf: every job capped
     first_ok = np.flatnonzero(ok)
     if first_ok.size:
-        grp_ok = gs[first_ok]
-        uniq, idx = np.unique(grp_ok, return_index=True)
-        level_of_group[uniq] = level[first_ok[idx]]
+        grp_ok = gs[first_ok]  # sorted: each group's first entry is where the group changes
+        idx = np.flatnonzero(np.concatenate(([True], grp_ok[1:] != grp_ok[:-1])))
+        level_of_group[grp_ok[idx]] = level[first_ok[idx]]
     return level_of_group
 
 

@@ -72,7 +72,10 @@ def checkpoint_ceil_bytes_per_s(
     "Work-conserving reserve"). Never below the guaranteed B − B_res, never above B."""
     cap = np.asarray(capacity_bytes_per_s, dtype=float)
     res = np.clip(np.asarray(reserve_bytes_per_s, dtype=float), 0.0, cap)
-    used = np.maximum(np.nan_to_num(np.asarray(research_bytes_per_s, dtype=float), nan=np.inf), 0.0)
+    used = np.asarray(research_bytes_per_s, dtype=float)
+    if not np.isfinite(used).all():  # unknown (NaN) research uses the whole reserve
+        used = np.nan_to_num(used, nan=np.inf)
+    used = np.maximum(used, 0.0)
     out = cap - np.minimum(used, res)
     return float(out) if out.ndim == 0 else out
 

@@ -72,11 +72,13 @@ class ControlMixin:
         cap = self.B if informed else self.Bcap
         budget_node = np.maximum(self._ckpt_ceil(cap) - af, MIN_RATE_BYTES_PER_S)[self.access]
         sure_node = np.maximum((1 - self.reserve_fraction) * cap - af, MIN_RATE_BYTES_PER_S)[self.access]
-        lam = np.maximum(self.lam_up[nodes], 1e-12)
-        if self.sched_rates is not None and not informed:
-            lam = lam + self._short_notice_hazard(idx)
-        if informed and self.lam_true is not None:
-            lam = np.full(idx.size, max(self.lam_now, 1e-12))
+        lam = None  # P1's hazard, where this policy's plan reads it
+        if self._plans_at_hazard():
+            lam = np.maximum(self.lam_up[nodes], 1e-12)
+            if self.sched_rates is not None and not informed:
+                lam = lam + self._short_notice_hazard(idx)
+            if informed and self.lam_true is not None:
+                lam = np.full(idx.size, max(self.lam_now, 1e-12))
         if pol.bandwidth_split == "p1":
             jobs = P1Jobs.build(tuple(self.job_ids[j] for j in idx), lam, self.C[idx],
                                 loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale, restart_s=self.Tr[idx],
@@ -89,7 +91,8 @@ class ControlMixin:
             b = budget_node[nodes] / cnt[nodes]
             interval = np.full(idx.size, np.nan)
         b = np.maximum(b, MIN_RATE_BYTES_PER_S)
-        interval = np.where(np.isnan(interval), optimal_interval_s(lam, self.C[idx], b), interval)
+        if lam is not None:
+            interval = np.where(np.isnan(interval), optimal_interval_s(lam, self.C[idx], b), interval)
         if pol.interval == "fixed":
             interval = np.full(idx.size, pol.fixed_interval_s)
         elif pol.interval == "static":
@@ -117,6 +120,15 @@ class ControlMixin:
             self._remap_write(idx, interval, self.xfer[idx])
         else:
             self._remap(idx, interval, self.s[idx])
+
+    def _plans_at_hazard(self) -> bool:
+        """Whether `_replan`'s network rule reads P1's hazard λ (and so the short-notice rates): the p1 split or an
+        interval rule that reads it. The oracle and local rules have their own; the fixed, static, static-budget,
+        truth and tv intervals with an equal split replace whatever λ would give."""
+        pol = self.pol
+        if pol.interval in ("oracle", "local"):
+            return False
+        return pol.bandwidth_split == "p1" or pol.interval not in ("fixed", "static", "static-budget", "truth", "tv")
 
     def _short_notice_hazard(self, idx: np.ndarray) -> np.ndarray:
         """design §2 "Estimators": per job, the rate of scheduled reclaims on its node whose notice is shorter than
@@ -164,24 +176,34 @@ class ControlMixin:
 
     # ---- network ---------------------------------------------------------------------------------
     def _rates(self) -> None:
-        """Recompute link shares after any change; writers' stall times follow their actual rate."""
+        """Recompute link shares after any change; writers' stall times follow their actual rate. The shares are
+        a function of their inputs only, so an event that changed none of them (most reclaims of idle nodes)
+        reuses the last ones."""
         run = np.flatnonzero(self.st == RUNNING)
         net_writers = run if self.pol.interval not in ("oracle", "local") else run[:0]
-        shaped = np.array([f["shaped"] for f in self.flows]) if self.flows else np.zeros(0)
-        links = [f["links"] for f in self.flows]
+        flows = self.flows
+        shaped = np.array([f["shaped"] for f in flows]) if flows else np.zeros(0)
         duty = np.zeros(net_writers.size)
         is_async = self.pol.ckpt_mode == "async"
         if net_writers.size:
             dd, ss = self.delta[net_writers], self.s[net_writers]
             on_link = self.xfer[net_writers] if is_async else ss  # async: the copy, not the stall, uses the link
             duty = np.where(np.isfinite(dd), on_link / (dd + ss), 0.0)
-        self.use = allocate(self.pol.traffic, self.B, self.R, links, shaped, self.access[self.node[net_writers]],
-                            self.bplan[net_writers], duty, self.wceil[net_writers], self.reserve_fraction)
+        w_link, w_plan, w_ceil = self.access[self.node[net_writers]], self.bplan[net_writers], self.wceil[net_writers]
+        key = (self.B.tobytes(), self.R.tobytes(), tuple(f["id"] for f in flows), shaped.tobytes(), w_link.tobytes(),
+               w_plan.tobytes(), duty.tobytes(), w_ceil.tobytes())  # a flow's links never change: its id stands for them
+        if key != self._rates_key:
+            use = allocate(self.pol.traffic, self.B, self.R, [f["links"] for f in flows], shaped, w_link, w_plan,
+                           duty, w_ceil, self.reserve_fraction)
+            self.use, self._rates_key = use, key
+            # research not served and research demand per second while these shares hold (`_advance` accrues them)
+            self.research_rates = (float((use.active * use.deficit_bytes_per_s).sum()),
+                                   float((use.active * np.minimum(self.R, self.B)).sum()))
         if net_writers.size:
             b = np.maximum(self.use.writer_rate_bytes_per_s, MIN_RATE_BYTES_PER_S)
             new_s = self.C[net_writers] / b
             ch = np.abs(new_s - (self.xfer if is_async else self.s)[net_writers]) > 1e-9 * np.maximum(new_s, 1.0)
-            if np.any(ch):
+            if ch.any():
                 w = net_writers[ch]
                 self._remap_write(w, self.delta[w], new_s[ch])
 

@@ -45,6 +45,8 @@ def risk_integral(r0: np.ndarray, p: np.ndarray, d: np.ndarray, s: np.ndarray, d
         w = first - a
         part1 = r0 * a + a * a / 2.0 + (r0 + a) * w
         rest = np.maximum(dt - t1, 0.0)
+        if not (rest > 0).any():  # no write completes within dt (the usual step between events): part2 is 0
+            return part1 + 0.0
         cyc = d + s
         n = np.where(rest > 0, np.floor(rest / cyc), 0.0)
         rem = rest - np.where(n > 0, n * cyc, 0.0)

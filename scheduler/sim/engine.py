@@ -266,6 +266,8 @@ class Simulator(ControlMixin, PlacementMixin):
         self.Bminus = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
         self.Bcap = np.maximum(self.B, MIN_RATE_BYTES_PER_S)
         self.use = None
+        self._rates_key: tuple | None = None  # the inputs `use` was computed from (`_rates`)
+        self.research_rates = (0.0, 0.0)
         self.t_epoch, self.profile = 0.0, None
         self._refresh_hazard(0.0)
         for j in range(J):
@@ -280,9 +282,11 @@ class Simulator(ControlMixin, PlacementMixin):
 
     def _refresh_hazard(self, t: float) -> None:
         """The estimates P1 plans with this control period (design §2 "Estimators"): λ at the policy's planning
-        quantile and, per node and notice edge, the rate of short-notice scheduled reclaims."""
+        quantile and, per node and notice edge, the rate of short-notice scheduled reclaims (only where the policy's
+        plan reads λ)."""
         self.lam_up = self.hz.hazard_plan_per_s(t, self.pol.plan_hazard_quantile)
-        self.sched_rates = self.hz.short_notice_rates_per_s(t) if self.pol.short_notice_hazard else None
+        self.sched_rates = (self.hz.short_notice_rates_per_s(t)
+                            if self.pol.short_notice_hazard and self._plans_at_hazard() else None)
 
     def _push(self, t: float, kind: str, arg: int) -> None:
         order = {"epoch": 0, "return": 1, "deadline": 2, "notice": 3, "xfer": 4, "restart": 5,
@@ -295,42 +299,49 @@ class Simulator(ControlMixin, PlacementMixin):
         return time_to_finish(self.pos[idx], self.delta[idx], self.s[idx],
                               np.maximum(self.work[idx] - self.prog[idx], 0.0))
 
-    def _advance(self, dt: float) -> None:
+    def _advance(self, dt: float, run: np.ndarray | None = None) -> None:
+        """Move every running job, transfer and the accumulators ``dt`` seconds on (``run``: the running jobs, if
+        the caller has them)."""
         if dt <= 0:
             return
-        run = np.flatnonzero(self.st == RUNNING)
-        self._accrue_group_use(run, dt)
+        if run is None:
+            run = np.flatnonzero(self.st == RUNNING)
+        jg = self.jg[run]
+        self._accrue_group_use(run, dt, jg)
         if run.size:
             d, s, p = self.delta[run], self.s[run], self.pos[run]
-            self.res_t.running_gpu_s += float(np.sum(self.jg[run])) * dt
+            self.res_t.running_gpu_s += float(jg.sum()) * dt
             at_bound = np.isfinite(d) & (d >= 2.0 * self.Lmax[run] * self.pol.loss_budget_scale * (1.0 - 1e-9))
-            self.res_t.budget_bound_gpu_s += float(np.sum(self.jg[run][at_bound])) * dt
+            self.res_t.budget_bound_gpu_s += float(jg[at_bound].sum()) * dt
+            prog, durable = self.prog[run], self.durable[run]
             if self.lam_true is not None and self.pol.interval != "oracle":  # the oracle saves just in time
-                risk = risk_integral(self.prog[run] - self.durable[run], p, d, s, dt)
+                risk = risk_integral(prog - durable, p, d, s, dt)
                 if self.pol.ckpt_mode == "async":  # approximation: a snapshot is at risk while it is copied,
                     risk = risk + dt * d * np.minimum(self.xfer[run], d) / (d + s)  # ≈ Δ more for that share
-                self.res_t.expected_lost_gpu_s += self.lam_now * float(np.sum(risk * self.jg[run]))
+                self.res_t.expected_lost_gpu_s += self.lam_now * float((risk * jg).sum())
             n, newp, work = advance_cycles(p, d, s, dt)
-            work = np.minimum(work, self.work[run] - self.prog[run])
-            self.res_t.overhead_gpu_s += float(np.sum((dt - work) * self.jg[run]))
-            self.prog[run] += work
+            work = np.minimum(work, self.work[run] - prog)
+            self.res_t.overhead_gpu_s += float(((dt - work) * jg).sum())
+            prog = prog + work
+            self.prog[run] = prog
             self.pos[run] = newp
             crossed = n >= 1
             if self.pol.ckpt_mode == "async":
-                self.durable[run] = async_durable(self.prog[run], self.durable[run], newp, d, self.xfer[run],
-                                                  crossed)
+                self.durable[run] = async_durable(prog, durable, newp, d, self.xfer[run], crossed)
             else:
-                self.durable[run] = np.where(crossed, self.prog[run] - np.minimum(newp, d), self.durable[run])
+                self.durable[run] = np.where(crossed, prog - np.minimum(newp, d), durable)
         if self.flows and self.use is not None:
             for k, f in enumerate(self.flows):
                 f["left"] = max(0.0, f["left"] - self.use.flow_rate_bytes_per_s[k] * dt)
         if self.use is not None:
-            self.res_t.research_deficit_bytes += float(np.sum(self.use.active * self.use.deficit_bytes_per_s)) * dt
-            self.res_t.research_demand_bytes += float(np.sum(self.use.active * np.minimum(self.R, self.B))) * dt
+            deficit, demand = self.research_rates
+            self.res_t.research_deficit_bytes += deficit * dt
+            self.res_t.research_demand_bytes += demand * dt
 
-    def _accrue_group_use(self, run: np.ndarray, dt: float) -> None:
-        """GPU-seconds each group receives (running jobs), and the fair queue's decayed usage (design §16.1)."""
-        by_group = np.bincount(self.job_group[run], weights=self.jg[run], minlength=len(self.group_ids))
+    def _accrue_group_use(self, run: np.ndarray, dt: float, jg: np.ndarray) -> None:
+        """GPU-seconds each group receives (running jobs, ``jg`` their GPUs), and the fair queue's decayed usage
+        (design §16.1)."""
+        by_group = np.bincount(self.job_group[run], weights=jg, minlength=len(self.group_ids))
         self.res_t.group_gpu_s += by_group * dt
         if self.pol.queue == "fair":
             h = self.pol.queue_weights.half_life_s
@@ -461,7 +472,7 @@ class Simulator(ControlMixin, PlacementMixin):
                     self._requeue(j, int(self.buddy[n]), t, 0.0)
                 else:
                     self._start_flow(j, int(self.buddy[n]), f["dst"], t, "recovery", np.inf)
-        for j in np.flatnonzero((self.node == n) & np.isin(self.st, (RUNNING, RESTART))):
+        for j in np.flatnonzero((self.node == n) & ((self.st == RUNNING) | (self.st == RESTART))):
             self._evict(int(j), n, t, bool(emergency))
         # transfers heading to n lose their destination: back to the queue
         for f in list(self.flows):
@@ -617,7 +628,7 @@ class Simulator(ControlMixin, PlacementMixin):
                 kf = int(np.argmin(tt))
                 t_flow = t + float(tt[kf])
             t_next = min(t_heap, t_fin, t_flow, horizon)
-            self._advance(t_next - t)
+            self._advance(t_next - t, run)
             t = t_next
             if t >= horizon:
                 break

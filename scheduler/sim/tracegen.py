@@ -236,11 +236,13 @@ def _largest_burst(windows: list[list[list[float]]], bld: np.ndarray, size: int)
     node = np.array([i for i, _ in rows])
     start = np.array([w[0] for _, w in rows])
     end = np.array([w[1] for _, w in rows])
+    _, code = np.unique(bld.astype(str), return_inverse=True)  # building as an integer code, per node
+    row_code = code[node] if node.size else np.zeros(0, dtype=int)
     best, best_hit = -1, np.zeros(0, dtype=int)
     for k, (i, w) in enumerate(rows):
         if w[3] != 1.0 or not np.isfinite(w[1]):
             continue
-        hit = np.flatnonzero((start < w[1]) & (end > w[1]) & (bld[node] == bld[i]) & (node != i))
+        hit = np.flatnonzero((start < w[1]) & (end > w[1]) & (row_code == code[i]) & (node != i))
         if hit.size + 1 > best_hit.size + 1 or best < 0:
             best, best_hit = k, hit
     if best < 0 or best_hit.size + 1 < size:
