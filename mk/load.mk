@@ -12,6 +12,7 @@
 #   each client asks about once a second, faster than the portal's own pages poll (the dashboard refetches its
 #   charts at most every 3 s, on live events) and as often as an eager polling script. LOAD_ARGS adds options
 #   (python -m tests.load.run_load --help): --think 0 for saturation, --daphnes 1 for one daphne process.
+#   Before the clock, each server process answers every read of the mix twice (a smoke check; not counted).
 #   Last line: load: N requests, E errors, p50 A ms, p99 B ms (N, E: reads and submits; p50, p99: the reads).
 #   The issue asks 0 errors and p99 < 1 s. Timings on 2 shared cores are noisy; the lines before the last say
 #   where the time went: reads p50/p99 per 10 s window (the burst's windows apart), CPU per process kind and per

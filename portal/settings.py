@@ -117,7 +117,7 @@ RECLAIMNET_HTTP_CONCURRENCY = env_int("RECLAIMNET_HTTP_CONCURRENCY", 6)
 RECLAIMNET_HTTP_WRITE_CONCURRENCY = env_int("RECLAIMNET_HTTP_WRITE_CONCURRENCY", 6)
 # Reads go first (docs/design.md §10): while a read is inside or waiting, only this many writes are let in (a
 # write that waited half the queue timeout is let in up to the write limit whatever the reads).
-RECLAIMNET_HTTP_WRITE_CONCURRENCY_UNDER_READS = env_int("RECLAIMNET_HTTP_WRITE_CONCURRENCY_UNDER_READS", 2)
+RECLAIMNET_HTTP_WRITE_CONCURRENCY_UNDER_READS = env_int("RECLAIMNET_HTTP_WRITE_CONCURRENCY_UNDER_READS", 1)
 RECLAIMNET_HTTP_QUEUE_TIMEOUT_S = env_float("RECLAIMNET_HTTP_QUEUE_TIMEOUT_S", 30.0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded default takes concurrent writes (docs/design.md §8): WAL lets readers run beside the one

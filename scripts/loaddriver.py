@@ -564,6 +564,29 @@ def _bases(base_url: str | list[str]) -> list[str]:
     return [base_url] if isinstance(base_url, str) else list(base_url)
 
 
+def warm_up(base_url: str | list[str], sessions: dict[str, list[_Session]], rounds: int = 2) -> ReadResult:
+    """Each read of the mix, as each role, ``rounds`` times on every server process, one at a time, before the
+    clock starts: what a deployment's smoke check does once a process is up (a process serving for days has its
+    templates compiled, its pools filled, its lazy imports done; a measurement of 60 s should not be one of a cold
+    start). Returned so the caller can report it; not counted in the reads."""
+    result = ReadResult(what="warm-up")
+    for base in _bases(base_url):
+        for role, users in sessions.items():
+            session = users[0]
+            api, web = Http(base), Http(base)
+            api.headers.update(session.api_headers)
+            web.cookies.update(session.web_cookies)
+            try:
+                for _ in range(rounds):
+                    for kind, template in session.paths():
+                        path = template.format(job=(session.job_ids or [0])[0], node=(session.node_ids or [0])[0])
+                        result.record(f"{role} GET {template}", (api if kind == "api" else web).get(path))
+            finally:
+                api.close()
+                web.close()
+    return result
+
+
 def run_reads(base_url: str | list[str], clients: int, duration_s: float, credentials: dict[str, Any],
               think_s: float = 0.0, seed: int = 0, sessions: dict[str, list[_Session]] | None = None) -> ReadResult:
     """``clients`` closed-loop clients reading for ``duration_s``: client ``i`` is an admin, a researcher or a

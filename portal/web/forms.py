@@ -24,6 +24,7 @@ from portal.core.models.jobs import (
 from portal.core.models.nodes import OwnerUsePolicy
 from portal.core.services.gpu_catalogue import GPU_CATALOGUE, lookup_gpu
 from portal.core.services.jobs import campus_hardware, campus_limits
+from portal.core.snapshots import shared
 
 GB = 1e9
 GIB = 2**30
@@ -224,7 +225,7 @@ class JobForm(forms.Form):
     def __init__(self, *args: Any, groups: QuerySet[ResearchGroup], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["group"].queryset = groups
-        nodes = campus_hardware()
+        nodes = shared("campus-hardware", campus_hardware)  # help texts: the shared snapshot (design §9.1)
         if nodes:  # what the campus has, so a request no node could run is not a surprise at submit
             gpus, vram_gb, capability = campus_limits(nodes)
             self.fields["gpu_count"].help_text = (f"All on one node (the largest here has {gpus}); "

@@ -7,7 +7,9 @@ worker per queue group (``conftest.PRODUCTION_WORKERS``), beat, two daphne proce
 production the TLS reverse proxy balances over them, here the driver spreads its clients over them in turn, a
 proxy's round robin), and six simulated agents heartbeating at the production period, on the demo campus
 (``seed_campus``) with two days of history (``seed_history``) so the dashboard has numbers to compute. Plain HTTP
-on loopback (``RECLAIMNET_INSECURE_HTTP=1``: no TLS proxy here).
+on loopback (``RECLAIMNET_INSECURE_HTTP=1``: no TLS proxy here). Before the clock starts each server process
+answers every read of the mix twice, one request at a time (``loaddriver.warm_up``, a deployment's smoke check):
+the 60 s measure processes as warm as a deployment's, not their first templates, imports and pool connections.
 
 Client model (``scripts/loaddriver.py run_reads``): each client is a closed loop — one request, wait for the
 answer, think, repeat — as a person's browser tab or a polling script is. A third are admins (dashboard page, its
@@ -63,6 +65,9 @@ def run(clients: int, duration_s: float, submits: int, think_s: float, burst_at_
             burst: list[loaddriver.ReadResult] = []
             tokens = loaddriver.submit_tokens(deployment.base_url, CREDENTIALS)
             sessions = loaddriver.read_sessions(deployment.base_url, CREDENTIALS)
+            warm = loaddriver.warm_up(deployment.base_urls, sessions)
+            print(f"warm-up (not counted): {warm.requests} requests, one at a time, {warm.errors} errors, "
+                  f"p50 {warm.p50_ms:.0f} ms, max {warm.percentile(100):.0f} ms", flush=True)
 
             def fire_burst() -> None:
                 time.sleep(burst_at_s)

@@ -9,8 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.test import Client
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -164,6 +167,30 @@ def test_a_request_that_fits_a_node_not_lent_now_is_accepted_and_waits(world: Wo
                                                               "min_capability": "8.0"}, format="json")
     assert response.status_code == 201, response.json()
     assert Job.objects.get(pk=response.json()["id"]).state == "queued"
+
+
+SHARED_SNAPSHOTS = {"CACHES": {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                           "LOCATION": "campus-hardware-test"}},
+                    "RECLAIMNET_DASHBOARD_MAX_AGE_S": 5.0, "RECLAIMNET_DASHBOARD_REFRESH_S": 10.0}
+
+
+def test_a_fitting_submit_reads_the_shared_hardware_snapshot_and_a_refusal_reads_the_database(
+        world: World) -> None:
+    """A burst of submits reads the campus's hardware once per snapshot; a node registered since the snapshot
+    is never missed: a refusal is confirmed on the database itself (design §10 "CPU per request")."""
+    researcher = world.users["researcher"]
+    with override_settings(**SHARED_SNAPSHOTS):
+        cache.clear()
+        job_services.submit_job(researcher, group=world.group, **SUBMIT | {"name": "first"})  # fills the snapshot
+        with CaptureQueriesContext(connection) as fitting:
+            job_services.submit_job(researcher, group=world.group, **SUBMIT | {"name": "second"})
+        f.make_node(world.lab, world.building, name="a100-box", gpus=4, model="A100")  # after the snapshot
+        job = job_services.submit_job(researcher, group=world.group, **SUBMIT | {"name": "big", "gpu_count": 4})
+        with pytest.raises(ValidationError) as refused:
+            job_services.submit_job(researcher, group=world.group, **SUBMIT | {"name": "huge", "gpu_count": 8})
+    assert not any('"core_gpu"' in q["sql"] for q in fitting.captured_queries)
+    assert job.gpu_count == 4 and job.state == "queued"
+    assert refused.value.message_dict == {"gpu_count": ["No node on this campus has 8 GPUs; the largest has 4."]}
 
 
 def test_retired_nodes_do_not_count(world: World) -> None:

@@ -4,6 +4,7 @@ question once, a node's GPUs and lending windows once, and a long run of checkpo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -68,3 +69,30 @@ def test_a_short_run_of_checkpoints_lists_every_one_without_a_link(
     f.make_checkpoint(campus.job, campus.node, sequence=2, completed_ago_s=200)
     page = client_as("researcher").get(f"/jobs/{campus.job.pk}/").content.decode()
     assert page.count("<tr><td>") == 2 and "Show all" not in page
+
+
+def test_the_jobs_page_lists_one_page_of_the_newest_with_links_to_older_and_newer(
+        campus: Campus, client_as: Callable[[str | None], Client]) -> None:
+    """A group that submitted hundreds of jobs reads one page of them per look (design §10), and every job is
+    still reachable page by page, each once."""
+    from portal.core.models import Job
+    from portal.web.views.researcher import JOBS_PER_PAGE
+
+    for i in range(2 * JOBS_PER_PAGE):
+        f.make_job(campus.group, campus.users["researcher"], name=f"burst-{i}")
+    client = client_as("researcher")
+    every = set(Job.objects.filter(group=campus.group).values_list("pk", flat=True))
+    seen: list[int] = []
+    page, pages = 1, 0
+    while page:
+        html = client.get(f"/jobs/?page={page}").content.decode()
+        listed = [int(pk) for pk in re.findall(r'href="/jobs/(\d+)/"', html)]
+        assert len(listed) <= JOBS_PER_PAGE
+        seen += listed
+        pages += 1
+        older = re.search(r'href="\?state=&amp;page=(\d+)" rel="next"', html)
+        assert ('rel="prev"' in html) == (page > 1)
+        page = int(older.group(1)) if older else 0
+    assert sorted(seen) == sorted(every) and len(seen) == len(every)
+    assert pages == -(-len(every) // JOBS_PER_PAGE)
+    assert seen[0] == max(every)  # newest first

@@ -24,6 +24,7 @@ from portal.core.models.jobs import (
 from portal.core.services._validate import fail, integer, number, text
 from portal.core.services.audit import audit
 from portal.core.services.results import clean_output_dir
+from portal.core.snapshots import shared
 
 MAX_GPUS_PER_JOB = 16  # a gang job is moved whole and must fit one node (design §1)
 MAX_CKPT_BYTES = 10 * 2**40  # 10 TiB; the paper's largest checkpoint was 48 GB
@@ -151,8 +152,17 @@ def campus_misfit(gpu_count: int, vram_gb_per_gpu: float, min_capability: Decima
     could — now or once it is lent, whatever is free now — or when no node is registered yet.
 
     Every registered node counts (retired ones do not), with its hardware as the campus read model sees it
-    (``portal.core.campus.load``): its number of GPUs, the smallest VRAM and compute capability among them."""
-    nodes = campus_hardware()
+    (``portal.core.campus.load``): its number of GPUs, the smallest VRAM and compute capability among them.
+    A request that fits is accepted on the deployment's shared hardware snapshot (at most a few seconds old,
+    ``portal.core.snapshots``; design §10 "CPU per request": a burst of submits reads it once); a refusal is
+    confirmed on the database itself, so a node registered a moment ago is never missed."""
+    errors = _misfit(shared("campus-hardware", campus_hardware), gpu_count, vram_gb_per_gpu, min_capability)
+    return _misfit(campus_hardware(), gpu_count, vram_gb_per_gpu, min_capability) if errors else errors
+
+
+def _misfit(nodes: list[tuple[int, float, Decimal]], gpu_count: int, vram_gb_per_gpu: float,
+            min_capability: Decimal) -> dict[str, str]:
+    """:func:`campus_misfit` on the hardware ``nodes`` (:func:`campus_hardware`)."""
     if not nodes:
         return {}
     most_gpus, most_vram, best_cc = campus_limits(nodes)

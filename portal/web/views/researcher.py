@@ -49,6 +49,9 @@ def _job(request: HttpRequest, job_id: int) -> Job:
     return get_object_or_404(jobs_for(request.user).select_related("group", "owner"), pk=job_id)
 
 
+JOBS_PER_PAGE = 50
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
     _require_researcher(request)
@@ -62,14 +65,17 @@ def job_list(request: HttpRequest) -> HttpResponse:
     array = request.GET.get("array", "")  # one array's tasks (design §16.6)
     jobs = jobs.select_related("array_task__array").filter(
         **({"array_task__array_id": int(array)} if array.isdigit() else {}))
+    page = int(request.GET["page"]) if request.GET.get("page", "").isdigit() and int(request.GET["page"]) > 0 else 1
+    # One page of the newest JOBS_PER_PAGE, and one more row to know an older page exists (no COUNT): a group that
+    # submitted hundreds of jobs does not make every look at the page cost hundreds of rows (design §10).
+    listed = list(jobs[(page - 1) * JOBS_PER_PAGE: page * JOBS_PER_PAGE + 1])
     rows = []
-    for job in jobs[:200]:
+    for job in listed[:JOBS_PER_PAGE]:
         open_placement = job.open_placements[0] if job.open_placements else None
         rows.append({"job": job, "node": open_placement.node if open_placement else None})
-    return render_page(
-        request, "web/researcher/jobs.html", {"rows": rows, "state": state, "array": array if array.isdigit() else ""},
-        {"jobs": "web/researcher/_jobs.html"}
-    )
+    context = {"rows": rows, "state": state, "array": array if array.isdigit() else "", "page": page,
+               "older": page + 1 if len(listed) > JOBS_PER_PAGE else None, "newer": page - 1 if page > 1 else None}
+    return render_page(request, "web/researcher/jobs.html", context, {"jobs": "web/researcher/_jobs.html"})
 
 
 @login_required
