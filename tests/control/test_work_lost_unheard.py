@@ -285,6 +285,20 @@ def _cut_off(src: Any, holder: Any, job: Any, sequence: int, step: int, heard_st
     return Migration.objects.get(job=job, source=src)
 
 
+def _moved_to(job: Any, source: Any, destination: Any, started: dt.datetime, sequence: int) -> None:
+    """The job's run on ``source`` ended at ``started``, when a migration started it on ``destination`` from
+    checkpoint ``sequence``."""
+    from portal.core.models import Checkpoint, Migration, MigrationMode, Placement
+
+    Placement.objects.filter(job=job, node=source).update(ended_at=started, end_reason="migrated")
+    run = Placement.objects.create(job=job, node=destination, gpu_indices=[0])
+    Placement.objects.filter(pk=run.pk).update(started_at=started)
+    mig = Migration.objects.create(job=job, source=source, destination=destination, mode=MigrationMode.values[0],
+                                   checkpoint=Checkpoint.objects.get(job=job, sequence=sequence),
+                                   finished_at=started, success=True)
+    Migration.objects.filter(pk=mig.pk).update(started_at=started - dt.timedelta(seconds=1))
+
+
 @db
 def test_a_cut_off_run_that_wrote_no_checkpoint_heard_counts_its_own_slow_steps_not_the_jobs_typical_step() -> None:
     """tests/chaos agent_cut: a run resumed from step 200 (a checkpoint an earlier run wrote, at 0.1 s a step)
@@ -294,18 +308,41 @@ def test_a_cut_off_run_that_wrote_no_checkpoint_heard_counts_its_own_slow_steps_
     job's typical step gives (which the portal recorded: 2.7 s for 9.4 s redone)."""
     from django.utils import timezone
 
-    from portal.core.models import Checkpoint, Migration, Placement
+    from portal.core.models import Checkpoint, Migration
 
     first, src, holder = _online("first"), _online("src"), _online("holder")
     job = make_running_job(first)
     _run(job, first, 120.0, [(1, 100, 10.0), (2, 200, 20.0)], holder)
     Checkpoint.objects.filter(job=job).update(node=None)  # the copies left are the holder's
     started = timezone.now() - dt.timedelta(seconds=60)
-    Placement.objects.filter(job=job, node=first).update(ended_at=started, end_reason="agent restarted")
-    run = Placement.objects.create(job=job, node=src, gpu_indices=[0])
-    Placement.objects.filter(pk=run.pk).update(started_at=started)
+    _moved_to(job, first, src, started, sequence=2)
     mig = _cut_off(src, holder, job, 2, 200, heard_step=220)
     assert mig.work_lost_s == pytest.approx((220 - 200) * STEP_S, rel=0.01)  # all the portal knew then
+    _handle(src, "job_exited", job_id=job.pk, returncode=-9, step=300, result={}, reason="given away",
+            step_at=_at(started, 26.0), paused=[[_at(started, 26.1), _at(started, 50.0)]])
+    assert Migration.objects.get(pk=mig.pk).work_lost_s == pytest.approx(26.0, rel=0.01)
+
+
+@db
+def test_a_cut_off_run_that_resumed_from_an_older_checkpoint_than_the_newest_counts_from_the_step_it_restored(
+        ) -> None:
+    """The review's case: checkpoints at steps 100 and 200 exist, but the run on ``src`` was started from step 100
+    (the newer one never left its node). It ran 100 → 300 in 26 s and was cut off; the job resumed from step 100
+    again. The 200 redone steps took the run's 26 s: the run's start counts at the step it restored (100), not
+    at the newest checkpoint before it (200, which would price each step twice as dear: 52 s)."""
+    from django.utils import timezone
+
+    from portal.core.models import Checkpoint, Migration
+
+    first, src, holder = _online("first"), _online("src"), _online("holder")
+    job = make_running_job(first)
+    _run(job, first, 120.0, [(1, 100, 10.0), (2, 200, 20.0)], holder)
+    Checkpoint.objects.filter(job=job).update(node=None)
+    Checkpoint.objects.get(job=job, sequence=2).replica_nodes.clear()  # only step 100 can be restored
+    started = timezone.now() - dt.timedelta(seconds=60)
+    _moved_to(job, first, src, started, sequence=1)
+    mig = _cut_off(src, holder, job, 1, 100, heard_step=120)
+    assert mig.checkpoint is not None and mig.checkpoint.step == 100
     _handle(src, "job_exited", job_id=job.pk, returncode=-9, step=300, result={}, reason="given away",
             step_at=_at(started, 26.0), paused=[[_at(started, 26.1), _at(started, 50.0)]])
     assert Migration.objects.get(pk=mig.pk).work_lost_s == pytest.approx(26.0, rel=0.01)

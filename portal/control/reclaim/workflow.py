@@ -274,9 +274,10 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int,
 
     0. when ``progress`` is known and the run's agent said when it had the run paused (``paused``, its
        job_exited), the run's own time from the mark at or below ``resumed_step`` nearest to it (the checkpoint
-       it resumed from when the run wrote it, else the run's start at the step it started from; failing both,
-       its earliest mark) up to ``progress``, less the time it was paused, over the steps between: the time
-       the redone steps really took, however slowly (a load, a checkpoint that took seconds to write);
+       it resumed from when the run wrote it, else the run's start at the step it restored,
+       :func:`run_start_step`) up to ``progress``, less the time it was paused, over the steps between: the
+       time the redone steps really took, however slowly (a load, a checkpoint that took seconds to write);
+       with no such mark (the job resumed from older than the run's start), the rules below;
     1. when ``progress`` (a step the run reached and when: its final report, or what its restarted agent found)
        follows one of the run's checkpoints, the pace from that checkpoint to it — from the one at
        ``resumed_step`` when the run wrote it, which makes it the time the redone steps really took (the run
@@ -301,12 +302,14 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int,
         if progress is not None and not run.started_at <= progress[1] <= ended:
             progress = None
         if progress is not None and paused is not None:
-            before = [s for s, t in points if t <= run.started_at]
-            marks = [(t, s) for t, s in [(run.started_at, max(before) if before else 0), *mine]
-                     if s < progress[0] and t <= progress[1]]
+            start_step = run_start_step(job, run)
+            start = [] if start_step is None else [(run.started_at, start_step)]
+            marks = [(t, s) for t, s in [*start, *mine] if s < progress[0] and t <= progress[1]]
+            # Only a mark at or below the step resumed from measures the redone steps alone; a run that resumed
+            # from an older checkpoint than its own start redid an earlier run's steps too: the rules below.
             covering = [m for m in marks if resumed_step is None or m[1] <= resumed_step]
-            if marks:
-                since, step = max(covering, key=lambda m: (m[1], m[0])) if covering else min(marks, key=lambda m: m[1])
+            if covering:
+                since, step = max(covering, key=lambda m: (m[1], m[0]))
                 ran_s = (progress[1] - since).total_seconds() - paused_s(paused, since, progress[1])
                 if ran_s > 0:
                     return ran_s / (progress[0] - step)
@@ -334,6 +337,17 @@ def seconds_per_step(job: Job, run: Placement | None, last_step: int,
     if end_step <= first_step:
         return None
     return (end_at - run.started_at).total_seconds() / (end_step - first_step)
+
+
+def run_start_step(job: Job, run: Placement) -> int | None:
+    """The step ``run`` started from: the checkpoint restored by the migration onto its node (0: a fresh
+    start), 0 for the job's first run; None when the portal cannot tell (a restart with no migration row)."""
+    mig = (Migration.objects.select_related("checkpoint")
+           .filter(job=job, destination_id=run.node_id, started_at__lte=run.started_at)
+           .order_by("-started_at", "-pk").first())
+    if mig is not None:
+        return mig.checkpoint.step if mig.checkpoint is not None else 0
+    return None if Placement.objects.filter(job=job, started_at__lt=run.started_at).exists() else 0
 
 
 def run_progress(job: Job, run: Placement | None) -> tuple[int, dt.datetime] | None:
