@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -149,6 +150,14 @@ _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 class _WaitingWrite:
     arrived_s: float  # the event loop's clock
     wake: asyncio.Future[None]
+    urgent: bool = False  # a provider's reclaim or kill-switch (URGENT_WRITE_PATH)
+
+
+# A provider taking a machine back does not wait behind a burst of submits (docs/design.md §10): these writes go
+# to the head of the write queue and are let in up to the write limit whatever the reads.
+URGENT_WRITE_PATH = re.compile(
+    r"^/(api/nodes/\d+/(reclaim|emergency-reclaim|killswitch)"
+    r"|provider/nodes/\d+/reclaim/(confirm|emergency|killswitch))/$")
 
 
 class ConcurrencyLimit:
@@ -166,7 +175,9 @@ class ConcurrencyLimit:
     Reads go first: while any read is inside or waiting, writes are let in only up to ``write_limit_under_reads``
     (default ``write_limit``: no difference), so a burst of submits shares the interpreter with the pages instead
     of taking it from them; a write that has waited ``write_defer_s`` (default half the queue timeout) is let in
-    up to ``write_limit`` whatever the reads, so a long burst still ends well inside the timeout. A request that
+    up to ``write_limit`` whatever the reads, so a long burst still ends well inside the timeout. A provider's
+    reclaim or kill-switch (``URGENT_WRITE_PATH``) joins the head of the write queue and is let in up to
+    ``write_limit`` whatever the reads: it never waits behind a burst of submits. A request that
     waited ``queue_timeout_s`` is answered 503 + ``Retry-After`` (JSON under /api/). Websockets are not limited
     (they are long-lived; their database work is bounded by the pool)."""
 
@@ -214,7 +225,7 @@ class ConcurrencyLimit:
                 self._wake_next_write()
 
     async def _write(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if not await self._enter_write():
+        if not await self._enter_write(urgent=bool(URGENT_WRITE_PATH.match(str(scope.get("path", ""))))):
             await self._refuse(scope, send)
             return
         try:
@@ -226,15 +237,22 @@ class ConcurrencyLimit:
     def _write_may_enter(self, waiting: _WaitingWrite, now_s: float) -> bool:
         if self._writes_inside >= self.write_limit:
             return False
-        if self._writes_inside < self.write_limit_under_reads or self._reads_here == 0:
+        if waiting.urgent or self._writes_inside < self.write_limit_under_reads or self._reads_here == 0:
             return True
         return now_s - waiting.arrived_s >= self.write_defer_s
 
-    async def _enter_write(self) -> bool:
-        """Wait for a write slot, first come first served; False after the queue timeout."""
+    async def _enter_write(self, urgent: bool = False) -> bool:
+        """Wait for a write slot, first come first served (``urgent``: ahead of every non-urgent write); False
+        after the queue timeout."""
         loop = asyncio.get_running_loop()
-        waiting = _WaitingWrite(loop.time(), loop.create_future())
-        self._writes_waiting.append(waiting)
+        waiting = _WaitingWrite(loop.time(), loop.create_future(), urgent)
+        if urgent:
+            ahead = sum(1 for w in self._writes_waiting if w.urgent)
+            if ahead == 0 and self._writes_waiting and not self._writes_waiting[0].wake.done():
+                self._writes_waiting[0].wake.set_result(None)  # no longer first: it looks again and waits
+            self._writes_waiting.insert(ahead, waiting)
+        else:
+            self._writes_waiting.append(waiting)
         try:
             while True:
                 now_s = loop.time()

@@ -149,6 +149,28 @@ async def test_while_pages_are_read_fewer_writes_are_let_in_and_all_of_them_once
 
 
 @pytest.mark.asyncio
+async def test_a_providers_kill_switch_goes_ahead_of_a_burst_of_submits_and_past_the_reads() -> None:
+    """A reclaim or kill-switch never waits behind queued submits, nor for the reads (design §10)."""
+    inner = _Released()
+    app = ConcurrencyLimit(inner, limit=4, queue_timeout_s=30.0, retry_after_s=2, write_limit=3,
+                           write_limit_under_reads=1)
+    read = asyncio.create_task(_request(app, "GET", "/r"))
+    await asyncio.sleep(0.02)
+    submits = [asyncio.create_task(_request(app, "POST", "/api/jobs/")) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    assert inner.inside.count("/api/jobs/") == 1  # one write beside the read; four submits wait
+    urgent = ["/api/nodes/7/killswitch/", "/provider/nodes/7/reclaim/emergency/"]
+    kills = [asyncio.create_task(_request(app, "POST", path)) for path in urgent]
+    await asyncio.sleep(0.05)
+    assert sorted(p for p in inner.inside if p != "/api/jobs/") == sorted(["/r", *urgent])
+    assert inner.inside.count("/api/jobs/") == 1  # the submits still wait for the read
+    inner.release("/r")
+    for path in ("/api/jobs/", *urgent):
+        inner.release(path)
+    assert [a["status"] for a in await asyncio.gather(read, *kills, *submits)] == [200] * 8
+
+
+@pytest.mark.asyncio
 async def test_a_write_held_back_by_reads_gets_in_after_the_deferral_and_none_times_out() -> None:
     inner = _Released()
     app = ConcurrencyLimit(inner, limit=4, queue_timeout_s=0.6, retry_after_s=2, write_limit=3,
