@@ -42,18 +42,21 @@ def test_the_range_picker_changes_the_charts_and_the_url(
     expect(page.get_by_role("heading", name="The last 24 hours")).to_be_visible()
     expect(page.locator("a[href='/dashboard/export/groups.csv?range=24h']")).to_have_count(1)
 
-    # A custom range of days, typed: the URL carries it, so a bookmark shows the same range.
+    # A custom range of days, typed: the URL carries it, so a bookmark shows the same range. Two whole past
+    # days, so the range differs from "the last 24 hours" at any time of day (just after midnight, yesterday
+    # to today would start at the same hour as the last 24 hours and end at the same hour too).
     today = timezone.localdate()
-    first = today - dt.timedelta(days=1)
+    first, last = today - dt.timedelta(days=2), today - dt.timedelta(days=1)
     page.get_by_label("From (day)").fill(first.isoformat())
-    page.get_by_label("To (day, included)").fill(today.isoformat())
+    page.get_by_label("To (day, included)").fill(last.isoformat())
     expect(page.get_by_role("radio", name="Custom")).to_be_checked()
     with page.expect_navigation():
         page.get_by_role("button", name="Show").click()
-    expect(page).to_have_url(re.compile(rf"range=custom&from={first}&to={today}$"))
+    expect(page).to_have_url(re.compile(rf"range=custom&from={first}&to={last}$"))
     page.wait_for_function(DRAWN)
     custom = page.evaluate(LABELS, "utilisation")
-    assert custom != day and custom[0] == first.strftime("%a") + " 00:00"
+    assert custom[0] == first.strftime("%a") + " 00:00" and custom[-1] == last.strftime("%a") + " 23:00"
+    assert custom[0] != day[0]
     bookmark = page.url
     page.goto(base_url + "/dashboard/")
     page.goto(bookmark)
@@ -62,7 +65,7 @@ def test_the_range_picker_changes_the_charts_and_the_url(
     screenshot(page, "custom-range")
 
     # A start after the end: a message naming the field, no chart, no server error.
-    page.get_by_label("From (day)").fill(today.isoformat())
+    page.get_by_label("From (day)").fill(last.isoformat())
     page.get_by_label("To (day, included)").fill(first.isoformat())
     with page.expect_navigation() as navigation:
         page.get_by_role("button", name="Show").click()

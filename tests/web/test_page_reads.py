@@ -96,3 +96,16 @@ def test_the_jobs_page_lists_one_page_of_the_newest_with_links_to_older_and_newe
     assert sorted(seen) == sorted(every) and len(seen) == len(every)
     assert pages == -(-len(every) // JOBS_PER_PAGE)
     assert seen[0] == max(every)  # newest first
+
+
+@pytest.mark.parametrize("query", ["page=%C2%B2", "page=99999999999999999999", "page=-1", "page=0", "page=x",
+                                   "array=99999999999999999999", "array=%C2%B2", "state=%22%3E%3Cb%3E"])
+def test_an_odd_page_array_or_state_in_the_query_shows_the_newest_jobs_and_never_a_server_error(
+        campus: Campus, client_as: Callable[[str | None], Client], query: str) -> None:
+    """A superscript digit ("²".isdigit() is true, int("²") fails), a page or array id past the database's
+    integer, or markup in ``state``: the page answers 200 with the newest jobs and echoes nothing of it back."""
+    job = f.make_job(campus.group, campus.users["researcher"], name="the-newest")
+    response = client_as("researcher").get(f"/jobs/?{query}")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert f'href="/jobs/{job.pk}/"' in html and "<b>" not in html and "99999999999999999999" not in html

@@ -153,11 +153,15 @@ def campus_misfit(gpu_count: int, vram_gb_per_gpu: float, min_capability: Decima
 
     Every registered node counts (retired ones do not), with its hardware as the campus read model sees it
     (``portal.core.campus.load``): its number of GPUs, the smallest VRAM and compute capability among them.
-    A request that fits is accepted on the deployment's shared hardware snapshot (at most a few seconds old,
-    ``portal.core.snapshots``; design §10 "CPU per request": a burst of submits reads it once); a refusal is
-    confirmed on the database itself, so a node registered a moment ago is never missed."""
-    errors = _misfit(shared("campus-hardware", campus_hardware), gpu_count, vram_gb_per_gpu, min_capability)
-    return _misfit(campus_hardware(), gpu_count, vram_gb_per_gpu, min_capability) if errors else errors
+    A request that fits is accepted on the deployment's shared hardware snapshot (``portal.core.snapshots``;
+    design §10 "CPU per request": a burst of submits reads it once); a refusal, and an empty snapshot (no node
+    yet when it was taken), are confirmed on the database itself, so a node registered a moment ago is never
+    missed."""
+    snapshot = shared("campus-hardware", campus_hardware)
+    errors = _misfit(snapshot, gpu_count, vram_gb_per_gpu, min_capability)
+    if errors or not snapshot:
+        return _misfit(campus_hardware(), gpu_count, vram_gb_per_gpu, min_capability)
+    return errors
 
 
 def _misfit(nodes: list[tuple[int, float, Decimal]], gpu_count: int, vram_gb_per_gpu: float,

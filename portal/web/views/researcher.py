@@ -52,6 +52,18 @@ def _job(request: HttpRequest, job_id: int) -> Job:
 JOBS_PER_PAGE = 50
 
 
+MAX_JOB_PAGE = 100_000  # pages of JOBS_PER_PAGE: far beyond any group's jobs, far inside a database integer
+
+
+def _query_number(text: str, limit: int = 2**31 - 1) -> int | None:
+    """A positive whole number from a query parameter, or None: ASCII digits only (``"²".isdigit()`` is true
+    but ``int("²")`` fails) and at most ``limit`` (a page or id past it would overflow the database's integer)."""
+    if not (text.isascii() and text.isdecimal()) or len(text) > len(str(limit)):
+        return None
+    number = int(text)
+    return number if 0 < number <= limit else None
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
     _require_researcher(request)
@@ -59,13 +71,13 @@ def job_list(request: HttpRequest) -> HttpResponse:
     open_placements = Prefetch("placements", Placement.objects.filter(ended_at__isnull=True).select_related("node"),
                                to_attr="open_placements")
     jobs = jobs_for(request.user).select_related("group", "owner").prefetch_related(open_placements)
-    state = request.GET.get("state", "")
+    state = "live" if request.GET.get("state") == "live" else ""  # the one filter the page offers
     if state == "live":
         jobs = jobs.exclude(state__in=TERMINAL)
-    array = request.GET.get("array", "")  # one array's tasks (design §16.6)
-    jobs = jobs.select_related("array_task__array").filter(
-        **({"array_task__array_id": int(array)} if array.isdigit() else {}))
-    page = int(request.GET["page"]) if request.GET.get("page", "").isdigit() and int(request.GET["page"]) > 0 else 1
+    array_id = _query_number(request.GET.get("array", ""))  # one array's tasks (design §16.6)
+    array = str(array_id) if array_id else ""
+    jobs = jobs.select_related("array_task__array").filter(**({"array_task__array_id": array_id} if array_id else {}))
+    page = _query_number(request.GET.get("page", ""), MAX_JOB_PAGE) or 1
     # One page of the newest JOBS_PER_PAGE, and one more row to know an older page exists (no COUNT): a group that
     # submitted hundreds of jobs does not make every look at the page cost hundreds of rows (design §10).
     listed = list(jobs[(page - 1) * JOBS_PER_PAGE: page * JOBS_PER_PAGE + 1])
@@ -73,7 +85,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     for job in listed[:JOBS_PER_PAGE]:
         open_placement = job.open_placements[0] if job.open_placements else None
         rows.append({"job": job, "node": open_placement.node if open_placement else None})
-    context = {"rows": rows, "state": state, "array": array if array.isdigit() else "", "page": page,
+    context = {"rows": rows, "state": state, "array": array, "page": page,
                "older": page + 1 if len(listed) > JOBS_PER_PAGE else None, "newer": page - 1 if page > 1 else None}
     return render_page(request, "web/researcher/jobs.html", context, {"jobs": "web/researcher/_jobs.html"})
 
