@@ -18,9 +18,11 @@ pytestmark = pytest.mark.net
 
 MBIT_BYTES_PER_S = 1_000_000 // 8
 TOLERANCE = 0.03  # the shaper's claim: never more than 3 % above the set rate
-# Below the set rate is the sender, not the shaper: on 2 cores under a busy test run the iperf pairs deliver up to
-# ~8 % less than they are allowed (measured 0.92–0.99). `make bench-net` reports the exact ratios on a quiet machine.
-SHORTFALL = 0.10
+# Below the set rate is the sender, not the shaper: on 2 cores under a busy test run the iperf pairs deliver less
+# than they are allowed (measured 0.89–0.99; 0.886 for one of seven flows in a clean-clone `make test`). A flow
+# the shaper held back would sit at its old rate or the reserve, far below. `make bench-net` reports the exact
+# ratios on a quiet machine.
+SHORTFALL = 0.20
 MAX_RETRANSMITS = 5  # "no more than a handful"
 
 
@@ -96,12 +98,17 @@ def test_rate_update_in_place_does_not_disturb_other_flows(lab: Lab, bpf_ok: Non
         res_a_late = iperf_results(servers[a], clients[a], skip_s=3.0)
         res_b = iperf_results(servers[b], clients[b], skip_s=1.0)
         classes_after = lab.exec(0, "tc", "class", "show", "dev", lab.dev(0)).stdout
+        drops_b = enf.read_counters()["htb_classes"]["0x11"]["drops"]
     ratio_a = res_a_late.wire_bytes_per_s / mbit(250)
     ratio_b = res_b.wire_bytes_per_s / mbit(150)
-    print(f"after update a: {ratio_a:.4f}; untouched b over the whole run: {ratio_b:.4f}")
+    print(f"after update a: {ratio_a:.4f}; untouched b over the whole run: {ratio_b:.4f}, "
+          f"{res_b.retransmits} retransmits, {drops_b} dropped by its class")
     assert held_at(ratio_a), f"a: wire/set = {ratio_a:.4f}"
     assert held_at(ratio_b), f"b: wire/set = {ratio_b:.4f}"
-    assert res_b.retransmits <= MAX_RETRANSMITS
+    # A class replaced or reset under b would drop what it queued. Retransmits are not the shaper's to answer
+    # for: on a quiet machine b has none, but a receiver starved of CPU in its namespace drops on the veth
+    # backlog (89 in one clean-clone `make test` at load average ~2), so the shaper's own counter is asserted.
+    assert drops_b == 0
     line_b = [ln for ln in classes_before.splitlines() if "524e:11 " in ln]
     assert line_b and line_b[0] in classes_after  # b's class is byte-for-byte the same
 
@@ -157,4 +164,6 @@ def test_remove_flow_returns_traffic_to_research_class(lab: Lab, bpf_ok: None, b
         assert set(enf.flows()) == {(lab.ip(1), 5203)}
     ratio = res.wire_bytes_per_s / plan.capacity_bytes_per_s
     print(f"{backend}: removed flow now runs at {ratio:.3f} of the link (research class ceil)")
-    assert ratio > 0.9
+    # Held by its old class it would run at 0.05 of the link; the research class guarantees 0.3 and lends up to
+    # the whole link. Above 0.5 it borrowed; how near 1.0 it gets is the sender's CPU (0.85–1.0 measured).
+    assert ratio > 0.5
