@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
@@ -24,8 +24,8 @@ from portal.whatif.upload import UploadError
 from scheduler.sim.whatif import to_csv
 
 FIELD_ERROR = inline_serializer("WhatifFieldError", {
-    "field": serializers.CharField(help_text="What was refused: source, days, policies, seeds, trace or a trace "
-                                             "column such as jobs.work_s."),
+    "field": serializers.CharField(help_text="What was refused: body, source, days, policies, seeds, trace or a "
+                                             "trace column such as jobs.work_s."),
     "detail": serializers.CharField(),
     "file": serializers.CharField(required=False, help_text="The uploaded file or zip member concerned."),
 })
@@ -106,7 +106,10 @@ class EvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
                    responses={201: EvaluationSerializer, 400: FIELD_ERROR})
     def create(self, request: Request) -> Response:
         """Start an evaluation; it runs on the ``evaluation`` queue. Follow ``progress`` with GET."""
-        data = request.data
+        try:
+            data = request.data
+        except exceptions.ParseError as e:  # a body its content type does not parse: 400 naming it, as documented
+            return Response({"field": "body", "detail": str(e.detail)}, status=status.HTTP_400_BAD_REQUEST)
         if not hasattr(data, "get"):
             return Response({"field": "source", "detail": "send an object (JSON) or a form"},
                             status=status.HTTP_400_BAD_REQUEST)

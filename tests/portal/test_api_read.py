@@ -154,11 +154,13 @@ def test_every_api_route_requires_authentication(world: World) -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize(("method", "path"), [("get", "/api/nodes/1.5/"), ("get", "/api/jobs/7.4e-141/"),
                                               ("post", "/api/nodes/-1.2e-306/killswitch/"),
-                                              ("get", "/api/no-such-route/")])
+                                              ("get", "/api/no-such-route/"),
+                                              ("get", "/api/notify/preferences/%C2%9EY%06%0A0/"),
+                                              ("delete", "/api/notify/preferences/a%0Ab/")])
 def test_an_id_that_is_not_a_number_or_an_unknown_route_answers_json_404(world: World, method: str,
                                                                           path: str) -> None:
     """Fuzz-found: ids the router's pattern does not match fell through to Django's HTML 404 page (the schema
-    documents JSON); a POST there, from a token client with no CSRF cookie, must not answer a CSRF 403 either."""
+    documents JSON), and so did one holding a line break, which the catch-all's ``.`` did not match; a POST there, from a token client with no CSRF cookie, must not answer a CSRF 403 either."""
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=world.users['admin']).key}")
     response = getattr(client, method)(path)

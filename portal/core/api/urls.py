@@ -83,6 +83,7 @@ urlpatterns = [
     path("campus/links/<int:id>/reserve/", LinkReserveView.as_view(), name="api-link-reserve"),  # design §4
     path("whatif/", include("portal.whatif.api_urls")),  # what-if evaluations (design §7)
     path("", include(router.urls)),
-    # Last: any other path ending in "/" (an id the router's pattern refuses, an unknown route) answers JSON.
-    re_path(r"^.*/$", ApiNotFoundView.as_view(), name="api-not-found"),
+    # Last: any other path ending in "/" (an id the router's pattern refuses, an unknown route, one holding a line
+    # break, which "." would not match) answers JSON.
+    re_path(r"^[\s\S]*/$", ApiNotFoundView.as_view(), name="api-not-found"),
 ]
