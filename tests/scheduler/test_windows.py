@@ -15,13 +15,25 @@ MON, TUE, WED, SUN = 0, 1, 2, 6
 H = 60  # minutes per hour
 
 
-def _brute_open(windows: list[tuple[int, int, int]], t: int) -> bool:
-    """Minute ``t`` of the week is in a window, by listing every minute each window covers."""
+def _brute_week(windows: list[tuple[int, int, int]]) -> list[bool]:
+    """Each minute of the week: in a window or not, by listing every minute each window covers."""
+    week = [not windows] * WEEK_MIN
     for day, start, end in windows:
         length = end - start if end > start else 1440 - start + end
-        if any((day * 1440 + start + k) % WEEK_MIN == t % WEEK_MIN for k in range(length)):
-            return True
-    return not windows
+        for k in range(length):
+            week[(day * 1440 + start + k) % WEEK_MIN] = True
+    return week
+
+
+def _brute_open(windows: list[tuple[int, int, int]], t: int) -> bool:
+    """Minute ``t`` of the week is in a window (one listing per set of windows, then a lookup)."""
+    key = tuple(windows)
+    if key not in _WEEKS:
+        _WEEKS[key] = _brute_week(windows)
+    return _WEEKS[key][t % WEEK_MIN]
+
+
+_WEEKS: dict[tuple[tuple[int, int, int], ...], list[bool]] = {}
 
 
 def test_an_overnight_window_is_open_after_its_start_and_on_the_next_morning_only() -> None:
