@@ -160,7 +160,8 @@ def test_every_api_route_requires_authentication(world: World) -> None:
 def test_an_id_that_is_not_a_number_or_an_unknown_route_answers_json_404(world: World, method: str,
                                                                           path: str) -> None:
     """Fuzz-found: ids the router's pattern does not match fell through to Django's HTML 404 page (the schema
-    documents JSON), and so did one holding a line break, which the catch-all's ``.`` did not match; a POST there, from a token client with no CSRF cookie, must not answer a CSRF 403 either."""
+    documents JSON), and so did one holding a line break, which the catch-all's ``.`` did not match; a POST there,
+    from a token client with no CSRF cookie, must not answer a CSRF 403 either."""
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=world.users['admin']).key}")
     response = getattr(client, method)(path)
