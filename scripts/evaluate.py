@@ -53,7 +53,7 @@ from scheduler.sim.tracegen import (
 )
 
 MAIN_POLICIES = ("slurm-pr", "no-migration", "static", "static-budget", "random-dst", "no-admission", "tv-fixed",
-                 "reclaimnet", "informed", "reclaimnet-strict", "reclaimnet-reserve", "oracle", "static-10min")
+                 "reclaimnet", "informed", "reclaimnet-strict", "reclaimnet-beta", "oracle", "static-10min")
 # more generated campuses (same generator, other seeds) for confidence intervals of the main contrasts
 REPLICATE_SEEDS = (2, 3, 4)
 REPLICATE_POLICIES = ("slurm-pr", "static", "no-admission", "tv-fixed", "reclaimnet")
@@ -710,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     strict = main_rows.get("reclaimnet-strict")
     strict_extra = {} if strict is None else {"strict_success": 100 * strict["migration_success"],
                                               "strict_loss": strict["work_lost_gpu_h"]}
-    reserve_extra = {} if "reclaimnet-reserve" not in main_rows else {"reserve": main_rows["reclaimnet-reserve"]}
+    reserve_extra = {} if "reclaimnet-beta" not in main_rows else {"reserve": main_rows["reclaimnet-beta"]}
     c = 100 * rn["migration_success"]
     d = 100 * rn["traffic_degradation"]
     hz = campus.tables.get("hazard")

@@ -38,7 +38,7 @@ class ControlMixin:
     # attributes provided by Simulator
     pol: Any
     st: np.ndarray
-    reserve_fraction: float
+    reserve_fraction: np.ndarray  # per link: research's reserve as a share of the link (design §4.1)
 
     # ---- interval / bandwidth planning (P1) ------------------------------------------------------
     def _replan(self, t: float, idx: np.ndarray | None = None) -> None:
@@ -135,7 +135,8 @@ class ControlMixin:
         its final checkpoint needs, C/b + T_r at the rate `_final_fits` tests with ((1 − β)·B⁻ of the access
         link): such a reclaim loses what an emergency loses, so P1 adds it to λ."""
         nodes = self.node[idx]
-        b = np.maximum(self.Bcap[self.access[nodes]] * (1 - self.reserve_fraction), MIN_RATE_BYTES_PER_S)
+        b = np.maximum(self.Bcap[self.access[nodes]] * (1 - self.reserve_fraction[self.access[nodes]]),
+                       MIN_RATE_BYTES_PER_S)
         return short_notice_rate_per_s(self.sched_rates[nodes], self.C[idx] / b + self.Tr[idx])
 
     def _ckpt_ceil(self, cap: np.ndarray) -> np.ndarray:
@@ -190,11 +191,12 @@ class ControlMixin:
             on_link = self.xfer[net_writers] if is_async else ss  # async: the copy, not the stall, uses the link
             duty = np.where(np.isfinite(dd), on_link / (dd + ss), 0.0)
         w_link, w_plan, w_ceil = self.access[self.node[net_writers]], self.bplan[net_writers], self.wceil[net_writers]
+        # a flow's links never change: its id stands for them
         key = (self.B.tobytes(), self.R.tobytes(), tuple(f["id"] for f in flows), shaped.tobytes(), w_link.tobytes(),
-               w_plan.tobytes(), duty.tobytes(), w_ceil.tobytes())  # a flow's links never change: its id stands for them
+               w_plan.tobytes(), duty.tobytes(), w_ceil.tobytes(), self.reserve_fraction.tobytes())
         if key != self._rates_key:
             use = allocate(self.pol.traffic, self.B, self.R, [f["links"] for f in flows], shaped, w_link, w_plan,
-                           duty, w_ceil, self.reserve_fraction)
+                           duty, w_ceil, self.reserve_fraction, flow_borrow=self.pol.reserve_borrow)
             self.use, self._rates_key = use, key
             # research not served and research demand per second while these shares hold (`_advance` accrues them)
             self.research_rates = (float((use.active * use.deficit_bytes_per_s).sum()),
@@ -229,7 +231,8 @@ class ControlMixin:
         """P1's final-checkpoint test C/b + T_r <= τ at P3's migration budget (1 - β)·B⁻ of the access link
         (static: at the trace-mean available bandwidth)."""
         if self.pol.interval in ("p1", "fixed", "tv", "truth", "informed"):
-            b = self.Bcap[self.access[n]] * (1 - self.reserve_fraction)
+            link = self.access[n]
+            b = self.Bcap[link] * (1 - self.reserve_fraction[link])
             jobs = P1Jobs.build((self.job_ids[j],), np.array([1e-6]), self.C[j:j + 1],
                                 notice_s=np.array([tau]), restart_s=np.array([restart_s]))
             return bool(plan_checkpoints(jobs, b, beta=P1_BETA, min_interval_s=P1_MIN_INTERVAL_S).final_checkpoint[0])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scheduler.reserve import RESERVE_WINDOW_S, calibrate_reserve_bytes_per_s
 from scheduler.sim.control import LOCAL_WRITE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ControlMixin
 from scheduler.sim.cycles import advance_cycles, async_durable, risk_integral, time_to_finish
 from scheduler.sim.network import LINE_RATE_BYTES_PER_S, RESERVE_FRACTION
@@ -36,6 +37,8 @@ from scheduler.topology import CampusTree
 
 BIG_S = 1e18
 
+
+DAY_S = 86400.0
 
 @dataclass
 class Interruption:
@@ -204,14 +207,19 @@ class Simulator(ControlMixin, PlacementMixin):
         self.prior_hazard_per_s = max((n_week + 1.0) / (lent_s * week / self.tr.horizon_s), 1e-8)
         resid = np.maximum(self.bw - self.res, MIN_RATE_BYTES_PER_S)[self.access]
         self.mean_bw_bytes_per_s = float(np.mean(resid))
-        self.reserve_fraction = RESERVE_FRACTION
-        # P3's β sized from the calibration week's research share (one quantile over all links and epochs of
-        # that week; the evaluation then runs over the whole trace, that week included)
+        # P3's research reserve per link, as a share of the link (design §4.1): β everywhere, or sized once from the
+        # calibration week's research share (`reserve_quantile`: one quantile over all links and epochs of that week),
+        # or calibrated per link every day as the portal does (`_calibrate_reserve`)
+        beta = RESERVE_FRACTION
         if self.pol.reserve_quantile is not None:
             week_epochs = max(1, min(self.n_epochs, int(week // self.period_s)))
             share = self.res[:, :week_epochs] / np.maximum(self.bw[:, :week_epochs], MIN_RATE_BYTES_PER_S)
-            self.reserve_fraction = float(np.clip(np.quantile(share, self.pol.reserve_quantile),
-                                                  RESERVE_FRACTION, 0.9))
+            beta = float(np.clip(np.quantile(share, self.pol.reserve_quantile), RESERVE_FRACTION, 0.9))
+        self.reserve_fraction = np.full(self.n_links, beta)
+        self.research_share = None
+        if self.pol.reserve == "calibrated" and self.pol.reserve_quantile is None and self.pol.traffic == "p3":
+            self.research_share = np.clip(self.res / np.maximum(self.bw, MIN_RATE_BYTES_PER_S), 0.0, 1.0)
+        self.reserve_fraction_sum, self.epoch_count = 0.0, 0
         hours = ((np.arange(self.n_epochs) * self.period_s / 3600.0) % 24).astype(int)
         ev_h = ((self.rc_t[em] / 3600.0) % 24).astype(int)
         exp_h = np.bincount(hours, minlength=24) * self.period_s * self.n_nodes * lent_s / (
@@ -255,7 +263,7 @@ class Simulator(ControlMixin, PlacementMixin):
         self.seq = 0
         self.queue: list[int] = []
         self.epoch = 0
-        self.res_t = SimResult(self.pol.name, n_jobs=J, reserve_fraction=self.reserve_fraction)
+        self.res_t = SimResult(self.pol.name, n_jobs=J, reserve_fraction=float(np.mean(self.reserve_fraction)))
         n_groups = len(self.group_ids)
         self.res_t.group_ids, self.res_t.group_share = self.group_ids, self.group_share
         self.res_t.group_gpu_s = np.zeros(n_groups)
@@ -575,6 +583,10 @@ class Simulator(ControlMixin, PlacementMixin):
         if e > 0:
             self.hz.add_exposure(t - self.period_s, t, self.lent.copy())
         self.B, self.R = self.bw[:, e], self.res[:, e]
+        if self.research_share is not None and (e * self.period_s) % DAY_S == 0:
+            self._calibrate_reserve(e)
+        self.reserve_fraction_sum += float(np.mean(self.reserve_fraction))
+        self.epoch_count += 1
         if self.lam_true is not None:
             self.lam_now = float(self.lam_true[e])
         resid = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)
@@ -602,6 +614,19 @@ class Simulator(ControlMixin, PlacementMixin):
         r.group_gpu_s_at_epoch.append(r.group_gpu_s.copy())
         self._admit(t)
         self._replan(t)
+
+    def _calibrate_reserve(self, e: int) -> None:
+        """The portal's daily calibration (design §4.1, `scheduler.reserve.calibrate_reserve_bytes_per_s`): per link,
+        max(p95 of research's share over the last 7 days, β). Before the first day is over the campus's logs from
+        before ReclaimNet stand in for the week: the trace's first day, as the hazard prior uses its first week."""
+        per_day = max(1, round(DAY_S / self.period_s))
+        lo, hi = max(0, e - round(RESERVE_WINDOW_S / self.period_s)), e
+        if hi <= lo:
+            lo, hi = 0, min(per_day, self.n_epochs)
+        sampled_at = (np.arange(lo, hi) + 1.0) * self.period_s
+        now = float(sampled_at[-1])
+        self.reserve_fraction = np.array([calibrate_reserve_bytes_per_s(1.0, self.research_share[k, lo:hi], sampled_at,
+                                                                        now)[0] for k in range(self.n_links)])
 
     # ---- main loop -------------------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
@@ -680,6 +705,8 @@ class Simulator(ControlMixin, PlacementMixin):
 
     def _finalise(self, horizon: float) -> SimResult:
         r = self.res_t
+        if self.epoch_count:
+            r.reserve_fraction = self.reserve_fraction_sum / self.epoch_count  # mean over links and periods
         started = ~np.isnan(self.first_start)
         end = np.where(np.isnan(self.t_done), horizon, self.t_done)
         r.resident_gpu_s = float(np.sum(((end - self.first_start) * self.jg)[started]))

@@ -6,7 +6,9 @@ their expected number writing at the same time (the sum of the other writers' du
 under both a stall lasts C / (the rate it gets), so every policy's checkpoint is charged by one rule.
 
 - ``p3`` (HTB at the provider egress, design §4): admitted planned migrations (AF41) get their shaped P3
-  rate; research (best effort) keeps its reserve min(R, β·B); each pre-sync writer (CS1) is guaranteed
+  rate — with the work-conserving reserve (``flow_borrow``, design §4.2) plus an equal share of the part of
+  research's reserve research leaves idle, the agent giving them the same ceil as pre-sync; research (best
+  effort) keeps its reserve min(R, β·B), β per link (design §4.1); each pre-sync writer (CS1) is guaranteed
   its P1 rate b_i and borrows, work-conservingly, the unused part of its node's checkpoint budget
   B_ckpt (its ceil: capacity − reserve − admitted migrations, as P1 planned it; with the work-conserving
   reserve of design §4.2 the ceil includes the part of the reserve research leaves idle, B − min(R, β·B)),
@@ -51,10 +53,11 @@ def allocate(mode: str, avail_bytes_per_s: np.ndarray, research_bytes_per_s: np.
              flow_links: list[np.ndarray], shaped_bytes_per_s: np.ndarray,
              writer_link: np.ndarray, writer_cap_bytes_per_s: np.ndarray, writer_duty: np.ndarray,
              writer_ceil_bytes_per_s: np.ndarray | None = None,
-             reserve_fraction: float = RESERVE_FRACTION) -> LinkUse:
+             reserve_fraction: float = RESERVE_FRACTION, flow_borrow: bool = False) -> LinkUse:
     """Rates of flows (shaped rate, NaN = unadmitted) and pre-sync writers (link index, guaranteed rate
     b_i (tcp: its line-rate demand), duty, and in p3 the ceil B_ckpt of its node's class); under p3
-    research keeps min(R, reserve_fraction·B)."""
+    research keeps min(R, reserve_fraction·B) (``reserve_fraction`` a number or one per link) and, with
+    ``flow_borrow``, admitted migrations borrow the rest of that reserve while research leaves it idle."""
     n_l = avail_bytes_per_s.shape[0]
     b = avail_bytes_per_s
     r = np.minimum(research_bytes_per_s, b)
@@ -95,6 +98,15 @@ def allocate(mode: str, avail_bytes_per_s: np.ndarray, research_bytes_per_s: np.
         flow_rate = np.where(af, shaped * per, 0.0)
         af_load = np.zeros(n_l)
         np.add.at(af_load, f_lnk, flow_rate[f_idx])
+        if flow_borrow and np.any(af):
+            # HTB ceil: admitted migrations borrow the part of research's reserve research leaves idle
+            idle = np.maximum(0.0, np.minimum(reserve_fraction * b, b - af_load) - r)
+            n_af = np.bincount(f_lnk[af[f_idx]], minlength=n_l).astype(float)
+            extra = np.full(n_f, np.inf)
+            np.minimum.at(extra, f_idx, (idle / np.maximum(n_af, 1.0))[f_lnk])
+            flow_rate = np.where(af, np.minimum(flow_rate + extra, LINE_RATE_BYTES_PER_S), 0.0)
+            af_load = np.zeros(n_l)
+            np.add.at(af_load, f_lnk, flow_rate[f_idx])
     # CS1 (pre-sync) may use everything but admitted migrations and research's reserve (HTB ceil)
     reserve = np.minimum(r, reserve_fraction * b)
     cs1 = np.maximum(0.0, b - af_load - reserve)

@@ -41,6 +41,9 @@ class Policy:
     # link over all links and 10-minute samples of the first (calibration) week): a campus sizing its
     # reserve from its own logs
     reserve_quantile: float | None = None
+    # the reserve under P3 traffic when `reserve_quantile` is None (design §4.1): "calibrated" = per link, every day,
+    # max(p95 of research's share over the last 7 days, β), the portal's rule; "fixed" = β on every link
+    reserve: str = "calibrated"
     # the queue (design §16.5): "fifo" = today's order (requeued first, then submission) placing whatever fits,
     # "fair" = scheduler.queue (fair share, quotas, EASY backfill); name a policy "NAME+fair" to switch it
     queue: str = "fifo"
@@ -53,8 +56,9 @@ class Policy:
     stall_fraction: float = 0.1
     # work-conserving reserve (design §4.2, HTB ceil; `scheduler.reserve.checkpoint_ceil_bytes_per_s`): under P3
     # traffic, pre-sync writes may borrow the part of research's reserve that research leaves idle this control
-    # period (ceil B⁻ − min(R, β·B⁻) − admitted migrations) and P1 plans with that rate. False = the fixed
-    # (1 − β)·B⁻ ceiling of before. TCP policies model no reserve and ignore it.
+    # period (ceil B⁻ − min(R, β·B⁻) − admitted migrations) and P1 plans with that rate; admitted migrations borrow
+    # it too (the agent gives every non-research class the same ceil). False = the fixed (1 − β)·B⁻ ceiling of
+    # before. TCP policies model no reserve and ignore it.
     reserve_borrow: bool = True
     # the hazard P1 plans Δ at (design §2 "Estimators", `scheduler.estimators.PLAN_HAZARD_QUANTILE`): None = the
     # posterior mean λ̂; a number q = the posterior q-quantile (0.95 = λ⁺, what P1 planned at before)
@@ -86,15 +90,19 @@ _NAMED: dict[str, Policy] = {
     # not in design §7: ReclaimNet with the research reserve sized from the calibration week's research share
     "reclaimnet-reserve": Policy("reclaimnet-reserve", reserve_quantile=0.95),
     # not in design §7: static Young/Daly held to the same loss budgets (Eq. 9's clip), to separate what the
-    # budgets cost from what P1's adaptivity buys
+    # budgets cost from what P1's adaptivity buys; first fit, and the same research reserve as ReclaimNet's
+    # budgets, under the same research reserve (P3 traffic with the calibrated reserve; design §21.1)
     "static-budget": Policy("static-budget", interval="static-budget", bandwidth_split="equal",
-                            destination="first_fit", traffic="tcp"),
+                            destination="first_fit", traffic="p3"),
     # the paper's B3 (design §21.1): a fixed 10-minute interval, no hazard or bandwidth adaptation, and the same
     # migration machinery as ReclaimNet (P2 destination, P3 traffic, final checkpoint): `fixed:600` by name
     "static-10min": Policy("static-10min", interval="fixed", fixed_interval_s=600.0),
     # not in design §7: ReclaimNet with the research reserve a fixed cap (no HTB borrowing, design §4.2): what
     # ReclaimNet did before the work-conserving reserve, kept to measure what borrowing buys
     "reclaimnet-fixed-reserve": Policy("reclaimnet-fixed-reserve", reserve_borrow=False),
+    # not in design §7: ReclaimNet with research's reserve β = 0.3 on every link, never calibrated (design §4.1): what
+    # ReclaimNet's default reserve was before the portal's daily calibration became the simulator's too
+    "reclaimnet-beta": Policy("reclaimnet-beta", reserve="fixed"),
 }
 
 POLICY_NAMES: tuple[str, ...] = (*_NAMED, "fixed:SECONDS")

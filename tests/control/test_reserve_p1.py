@@ -124,3 +124,39 @@ def test_short_notice_scheduled_reclaims_count_as_hazard() -> None:
     assert state.hazard.short_notice_rates_per_s(state.until_s)[state.node_index[node.pk]].max() > 0
     interval, hazard = plan(state)
     assert hazard > plain_hazard and interval < plain_interval
+
+
+def test_short_notice_test_uses_the_links_calibrated_reserve() -> None:
+    """design §4.1 with §2 "Estimators": P1 counts a scheduled reclaim as short-notice when its notice is shorter
+    than C/b + T_r at the rate P3 would give the final checkpoint — B⁻ less the link's calibrated reserve. A notice
+    that is enough at 70% of the link is too short once research's calibrated reserve is 60% of it."""
+    import datetime as dt
+
+    from portal.control.loop import estimates
+    from portal.control.loop.ticks import p1_tick
+    from portal.core.models import DecisionLog, Job, LinkReserve, NodeAvailability, ReclaimEvent
+
+    node, job = _setup()
+    cap = float(node.access_link.capacity_bytes_per_s)
+    at_beta_s = 2_000_000_000 / (0.7 * cap) + float(job.restart_s)
+    at_calibrated_s = 2_000_000_000 / (0.4 * cap) + float(job.restart_s)
+    notice_s = (at_beta_s + at_calibrated_s) / 2
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(loss_budget_s=1e9)
+    NodeAvailability.objects.create(node=node, at=now - dt.timedelta(hours=5), state="online", lent=True)
+    for minutes in (200, 140, 80, 20):
+        at = now - dt.timedelta(minutes=minutes)
+        event = ReclaimEvent.objects.create(node=node, kind="scheduled", notice_s=notice_s,
+                                            deadline_at=at + dt.timedelta(seconds=notice_s))
+        ReclaimEvent.objects.filter(pk=event.pk).update(requested_at=at)
+    state = estimates.rebuild(*estimates.campus_layout(), estimates.clock_s(now))
+
+    def short_notice_hazard() -> float:
+        Job.objects.filter(pk=job.pk).update(checkpoint_interval_s=None)
+        p1_tick(now, state)
+        return float(DecisionLog.objects.filter(kind="p1", job=job).latest("pk").request["jobs"][0]
+                     ["short_notice_hazard_per_s"])
+
+    assert short_notice_hazard() == 0.0  # β·B reserve: every notice was long enough
+    LinkReserve.objects.create(link=node.access_link, reserve_bytes_per_s=0.6 * cap, source="calibrated")
+    assert short_notice_hazard() > 0.0

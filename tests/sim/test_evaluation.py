@@ -182,12 +182,55 @@ def _research_campus(share: float) -> object:
 
 def test_calibrated_reserve_covers_research_above_the_default_30_percent() -> None:
     tr = _research_campus(0.45)  # research above the 30% reserve: pre-sync writes take the difference
-    plain = summarise(simulate(tr, get_policy("reclaimnet")), tr.horizon_s)
-    sized = summarise(simulate(tr, get_policy("reclaimnet-reserve")), tr.horizon_s)
-    assert plain["reserve_fraction"] == pytest.approx(0.3)
-    assert sized["reserve_fraction"] == pytest.approx(0.45)
-    assert plain["traffic_degradation"] > 0.05
-    assert sized["traffic_degradation"] < 1e-6
-    assert sized["overhead_gpu_h"] > plain["overhead_gpu_h"]  # slower writes: the reserve's price
-    low = summarise(simulate(_research_campus(0.1), get_policy("reclaimnet-reserve")), tr.horizon_s)
-    assert low["reserve_fraction"] == pytest.approx(0.3)  # never below design §4's β
+    plain = summarise(simulate(tr, get_policy("reclaimnet-beta")), tr.horizon_s)
+    for sized_policy in ("reclaimnet", "reclaimnet-reserve"):  # per link and daily (default); campus-wide, once
+        sized = summarise(simulate(tr, get_policy(sized_policy)), tr.horizon_s)
+        assert plain["reserve_fraction"] == pytest.approx(0.3)
+        assert sized["reserve_fraction"] == pytest.approx(0.45)
+        assert plain["traffic_degradation"] > 0.05
+        assert sized["traffic_degradation"] < 1e-6
+        assert sized["overhead_gpu_h"] > plain["overhead_gpu_h"]  # slower writes: the reserve's price
+        low = summarise(simulate(_research_campus(0.1), get_policy(sized_policy)), tr.horizon_s)
+        assert low["reserve_fraction"] == pytest.approx(0.3)  # never below design §4's β
+
+
+def _research_steps_campus(steps: list[tuple[float, float]], days: float) -> object:
+    """`_research_campus` with research's share of every link changing at the given (t_s, share) steps."""
+    rows = star_campus(2, 1e8)
+    rows["jobs"] = [{"id": "j", "submit_s": 0, "gpus": 1, "vram_gb": 0, "min_capability": 0, "work_s": 1e12,
+                     "ckpt_bytes": 5e9, "restart_s": 10, "loss_budget_s": 300}]
+    rows["reclaims"] = []
+    rows["research"] = [{"link": r["link"], "t_s": t, "bytes_per_s": share * r["bytes_per_s"]}
+                        for t, share in steps for r in rows["bandwidth"]]
+    return from_rows(rows, days * 86400.0)
+
+
+def test_reserve_is_recalibrated_daily_from_the_last_seven_days() -> None:
+    """design §4.1 as the portal runs it: each day the reserve becomes max(p95 of the last 7 days' research share,
+    β); a rise in research is covered from the next daily calibration on, and it is forgotten 7 days later."""
+    day = 86400.0
+    # research at 10% of the link, at 60% during the second day only (86400-172800 s)
+    steps = [(0.0, 0.1), (day, 0.6), (2 * day, 0.1)]
+    seen: list[float] = []
+
+    class Watch(Simulator):
+        def _on_epoch(self, t: float) -> None:
+            super()._on_epoch(t)
+            if t % day == 0:
+                seen.append(float(self.reserve_fraction[0]))
+
+    Watch(_research_steps_campus(steps, 11.0), get_policy("reclaimnet"), seed=0).run()
+    # calibrated at the start of each day from the days before it: β while only 10% was seen (days 0, 1), 0.6
+    # while the second day is in the 7-day window (days 2-8: 1/7 of the samples, more than the 5% p95 ignores),
+    # β again once it has left (days 9, 10)
+    assert seen == pytest.approx([0.3, 0.3] + [0.6] * 7 + [0.3, 0.3])
+    beta: list[float] = []
+
+    class WatchBeta(Watch):
+        def _on_epoch(self, t: float) -> None:
+            Simulator._on_epoch(self, t)
+            if t % day == 0:
+                beta.append(float(self.reserve_fraction[0]))
+
+    WatchBeta(_research_steps_campus(steps, 3.0), get_policy("reclaimnet-beta"), seed=0).run()
+    assert beta == pytest.approx([0.3, 0.3, 0.3])  # never calibrated

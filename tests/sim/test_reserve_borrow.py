@@ -15,6 +15,7 @@ import pytest
 from scheduler.reserve import RESERVE_FRACTION, checkpoint_ceil_bytes_per_s
 from scheduler.sim.engine import RUNNING, Simulator, simulate
 from scheduler.sim.metrics import summarise
+from scheduler.sim.network import allocate
 from scheduler.sim.policies import get_policy
 from scheduler.sim.trace import Trace, from_rows
 from tests.sim.helpers import star_campus
@@ -45,7 +46,11 @@ def _end_state(trace: Trace, policy: str, **changes: object) -> Simulator:
 def test_reclaimnet_and_informed_borrow_by_default_and_tcp_baselines_model_no_reserve() -> None:
     assert get_policy("reclaimnet").reserve_borrow and get_policy("informed").reserve_borrow
     assert not get_policy("reclaimnet-fixed-reserve").reserve_borrow
-    assert {get_policy(p).traffic for p in ("static", "slurm-pr", "static-budget", "no-migration")} == {"tcp"}
+    assert {get_policy(p).traffic for p in ("static", "slurm-pr", "no-migration")} == {"tcp"}
+    # design §21.1: `static-budget` honours the same budgets under the same research reserve as ReclaimNet
+    sb, rn = get_policy("static-budget"), get_policy("reclaimnet")
+    assert (sb.traffic, sb.reserve, sb.reserve_borrow) == (rn.traffic, rn.reserve, rn.reserve_borrow) == (
+        "p3", "calibrated", True)
 
 
 @pytest.mark.parametrize(("share", "expected_fraction"),
@@ -55,12 +60,12 @@ def test_informed_checkpoint_rate_is_the_link_less_the_reserve_research_uses(sha
                                                                             expected_fraction: float) -> None:
     """Informed P1 knows B: its writer gets B − min(R, β·B) — the whole link with research zero (not 70 %),
     B − B_min with research at (or above) its reserve."""
-    sim = _end_state(_campus(share), "informed")
+    sim = _end_state(_campus(share), "informed", reserve="fixed")
     w = sim.use.writer_rate_bytes_per_s
     assert w == pytest.approx(np.full(2, expected_fraction * LINK_BYTES_PER_S), rel=1e-9)
     # P1 planned with the same rate the write gets (its budget is the writers' HTB ceil)
     assert sim.wceil == pytest.approx(w, rel=1e-9)
-    fixed = _end_state(_campus(share), "informed", reserve_borrow=False)
+    fixed = _end_state(_campus(share), "informed", reserve="fixed", reserve_borrow=False)
     assert fixed.use.writer_rate_bytes_per_s == pytest.approx(np.full(2, 0.7 * LINK_BYTES_PER_S), rel=1e-9)
 
 
@@ -93,9 +98,33 @@ def test_borrowing_checkpoints_sooner_and_shorter_with_research_idle() -> None:
     assert on["overhead_gpu_h"] < off["overhead_gpu_h"]
 
 
-@pytest.mark.parametrize("policy", ["static", "slurm-pr", "static-budget", "no-admission", "no-migration"])
+@pytest.mark.parametrize("policy", ["static", "slurm-pr", "no-admission", "no-migration"])
 def test_policies_without_a_reserve_are_unchanged_by_the_switch(policy: str) -> None:
     tr = _campus(0.2, horizon_s=2 * 3600.0)
     on = summarise(simulate(tr, get_policy(policy)), tr.horizon_s)
     off = summarise(simulate(tr, replace(get_policy(policy), reserve_borrow=False)), tr.horizon_s)
     assert repr(on) == repr(off)
+
+
+def test_calibrated_reserve_keeps_what_research_uses_above_beta() -> None:
+    """Research at half the link: the calibrated reserve (design §4.1) is 0.5, so the writers get the other half,
+    where β alone would leave them 0.7 and research short."""
+    sim = _end_state(_campus(0.5), "informed")
+    assert sim.reserve_fraction == pytest.approx(np.full(sim.n_links, 0.5))
+    assert sim.use.writer_rate_bytes_per_s == pytest.approx(np.full(2, 0.5 * LINK_BYTES_PER_S), rel=1e-9)
+    assert sim.res_t.research_deficit_bytes == 0.0
+
+
+def test_admitted_migration_borrows_the_idle_reserve_and_hands_it_back() -> None:
+    """An admitted planned migration (AF41) gets its P3 rate plus the part of research's reserve research leaves
+    idle — the agent gives it the same HTB ceil as pre-sync — and exactly its P3 rate when research uses it."""
+    link = np.array([1e8])
+    shaped = np.array([0.5e8])
+    for research, want in ((0.0, 0.5e8 + 0.3e8), (0.1e8, 0.5e8 + 0.2e8), (0.3e8, 0.5e8), (0.6e8, 0.5e8)):
+        use = allocate("p3", link, np.array([research]), [np.array([0])], shaped, np.zeros(0, np.int64),
+                       np.zeros(0), np.zeros(0), np.zeros(0), np.array([RESERVE_FRACTION]), flow_borrow=True)
+        assert use.flow_rate_bytes_per_s == pytest.approx([want], rel=1e-12)
+        fixed = allocate("p3", link, np.array([research]), [np.array([0])], shaped, np.zeros(0, np.int64),
+                         np.zeros(0), np.zeros(0), np.zeros(0), np.array([RESERVE_FRACTION]))
+        assert fixed.flow_rate_bytes_per_s == pytest.approx([0.5e8], rel=1e-12)
+        assert use.deficit_bytes_per_s[0] <= fixed.deficit_bytes_per_s[0] + 1e-6  # research keeps what it uses

@@ -180,8 +180,9 @@ def _short_notice_hazard(estimators: EstimatorState | None, node_of: np.ndarray,
                          capacity: np.ndarray, ckpt_bytes: np.ndarray, restart_s: np.ndarray) -> np.ndarray:
     """Per job, the rate of scheduled reclaims on its node whose notice is shorter than its final checkpoint needs
     (design §2 "Estimators"): C/b + T_r with b the migration budget of its access link's B⁻ (its ``capacity``
-    before the link has an estimate), as the reclaim planner tests it. 0 without the estimator state (a one-off
-    call) or where no short notice was recorded; one statement (the links' B⁻) otherwise."""
+    before the link has an estimate) less the link's calibrated reserve, as the reclaim planner's P3 tests it. 0
+    without the estimator state (a one-off call) or where no short notice was recorded; two statements (the links'
+    B⁻ and reserves) otherwise."""
     out = np.zeros(node_of.size)
     if estimators is None or not node_of.size:
         return out
@@ -193,10 +194,11 @@ def _short_notice_hazard(estimators: EstimatorState | None, node_of: np.ndarray,
         [index.get(int(n), 0) for n in node_of]]
     if not (rates[known] > 0).any():
         return out
-    lower = dict(LinkEstimate.objects.filter(link_id__in={int(x) for x in link_of if x is not None})
-                 .values_list("link_id", "lower_bytes_per_s"))
-    rate = np.array([max(1.0, migration_budget(lower.get(link) or cap)) for link, cap in zip(link_of, capacity,
-                                                                                             strict=True)])
+    links = sorted({int(x) for x in link_of if x is not None})
+    lower = dict(LinkEstimate.objects.filter(link_id__in=links).values_list("link_id", "lower_bytes_per_s"))
+    reserve_min = dict(zip(links, reserve_min_by_link(links).tolist(), strict=True))
+    rate = np.array([max(1.0, migration_budget(lower.get(link) or cap, reserve_min.get(link)))
+                     for link, cap in zip(link_of, capacity, strict=True)])
     need = ckpt_bytes / rate + restart_s
     return np.where(known, short_notice_rate_per_s(rates, need), 0.0)
 

@@ -102,10 +102,12 @@ class ReclaimPlan:
         return all(j.outcome == Outcome.LOSS_FREE for j in self.jobs)
 
 
-def migration_budget(bottleneck_bytes_per_s: float) -> float:
-    """What P3 may give migrations on a path whose bottleneck has B⁻ = ``bottleneck`` (design §4 reserve)."""
-    return float(migration_budget_bytes_per_s(bottleneck_bytes_per_s, rn("RESERVE_FRACTION"),
-                                              rn("RESERVE_MIN_BYTES_PER_S")))
+def migration_budget(bottleneck_bytes_per_s: float, reserve_min_bytes_per_s: float | None = None) -> float:
+    """What P3 may give migrations on a path whose bottleneck has B⁻ = ``bottleneck`` (design §4 reserve):
+    B⁻ − max(β·B⁻, B_min), B_min the bottleneck link's calibrated reserve (design §4.1,
+    :func:`portal.control.reserve.reserve_min_by_link`) when given, else the global setting."""
+    floor = rn("RESERVE_MIN_BYTES_PER_S") if reserve_min_bytes_per_s is None else reserve_min_bytes_per_s
+    return float(migration_budget_bytes_per_s(bottleneck_bytes_per_s, rn("RESERVE_FRACTION"), floor))
 
 
 def recovery_rate(campus: Campus, src_pk: int, dst_pk: int) -> float:
@@ -189,7 +191,7 @@ def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = No
     notice_s = max(0.0, float(notice_s))
     jobs = jobs if jobs is not None else jobs_leaving(node_pk, scheduled=notice_s > 0)
     sizes = sizes if sizes is not None else checkpoint_size_bytes(j.pk for j in jobs)
-    node_budget = migration_budget(_access_lower(campus, node_pk))
+    node_budget = _access_budget(campus, node_pk)
     alone_s = {j.pk: (sizes[j.pk] / node_budget if node_budget > 0 else math.inf) + j.restart_s for j in jobs}
     if notice_s <= 0 or not jobs:
         return ReclaimPlan(node_pk, notice_s, tuple(
@@ -273,6 +275,15 @@ def _access_lower(campus: Campus, node_pk: int) -> float:
     return 0.0 if link is None else float(campus.link_available_bytes_per_s[link])
 
 
+def _access_budget(campus: Campus, node_pk: int) -> float:
+    """P3's migration budget on the node's access link: its B⁻ less its calibrated reserve, as P3 admits on it."""
+    link = campus.access_link_of.get(node_pk)
+    if link is None:
+        return 0.0
+    return migration_budget(float(campus.link_available_bytes_per_s[link]),
+                            float(reserve_min_by_link([campus.link_pks[link]])[0]))
+
+
 def shortest_loss_free_notice_s(campus: Campus, node_pk: int, *, now: Any = None) -> float | None:
     """The smallest notice (rounded up by :func:`display_ceiling_s`) with which :func:`plan_reclaim` lets every job
     leave with no loss; 0 when nothing runs there; None when no notice up to a week would.
@@ -293,7 +304,7 @@ def shortest_loss_free_notice_s(campus: Campus, node_pk: int, *, now: Any = None
         return plan_reclaim(campus.scratch(), node_pk, notice, now=now, jobs=jobs, sizes=sizes,
                             inflight=moving).loss_free
 
-    budget = migration_budget(_access_lower(campus, node_pk))
+    budget = _access_budget(campus, node_pk)
     if budget <= 0:
         return None
     high = max(NOTICE_RESOLUTION_S, max(sizes[j.pk] / budget + j.restart_s for j in jobs))
