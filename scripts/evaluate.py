@@ -350,7 +350,8 @@ def _headline_tasks(quick: bool) -> list[tuple[str, str, bool]]:
     for _, kind, _ in CAMPUSES:
         tasks += [(_campus_trace(kind, k), p, quick) for k in range(1, hs + 1) for p in HEADLINE_POLICIES]
         tasks += [(_campus_trace(kind, k), p, quick) for k in range(1, os_ + 1) for p in OTHER_POLICIES]
-        tasks += [(_campus_trace(kind, 1) + "+nobudget+noresearch", p, quick) for p in ("static", "reclaimnet")]
+        tasks += [(_campus_trace(kind, k) + "+nobudget+noresearch", p, quick) for k in range(1, hs + 1)
+                  for p in ("static", "reclaimnet")]
     return tasks
 
 
@@ -393,9 +394,14 @@ def _headline(results: dict[tuple[str, str], dict[str, Any]], prefix: str, kind:
     s["front"] = pareto_front(online)
     best = min(HONOURING, key=lambda p: means[(p, "work_lost_gpu_h")])
     s["honouring_best"] = (best, means[(best, "work_lost_gpu_h")])
-    nb = _campus_trace(kind, 1) + "+nobudget+noresearch"
-    if (nb, "reclaimnet") in results:
-        s["nores"] = (results[(nb, "reclaimnet")]["work_lost_gpu_h"], results[(nb, "static")]["work_lost_gpu_h"])
+    # research zeroed, no budget binding, over the headline seeds: means of work lost and stall, and the paired change
+    nb = [_campus_trace(kind, k) + "+nobudget+noresearch" for k in range(1, hs + 1)]
+    if all((t, "reclaimnet") in results for t in nb):
+        s["nores"] = {key: tuple(float(np.mean([results[(t, p)][key] for t in nb])) for p in ("reclaimnet", "static"))
+                      for key in ("work_lost_gpu_h", "overhead_gpu_h")}
+        s["nores"]["seeds"] = len(nb)
+        s["nores"]["change_pct"] = _mean_ci([_change_pct(results[(t, "reclaimnet")]["work_lost_gpu_h"],
+                                                         results[(t, "static")]["work_lost_gpu_h"]) for t in nb])
     if reconv_min is not None:
         s["reconv_min"] = reconv_min
     line = evaluate_line(prefix, s)

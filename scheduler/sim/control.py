@@ -2,10 +2,13 @@
 
 P1 plans every running job's checkpoint interval Δ_i and guaranteed pre-sync rate b_i against the node's
 checkpoint budget B_ckpt = (1 - β)·B⁻ - admitted planned migrations (design §4: the link capacity less the
-research reserve less AF41) — with the work-conserving reserve (design §4.2, `Policy.reserve_borrow`, the default
-under P3) B⁻ − min(R, β·B⁻) − AF41 by `scheduler.reserve.checkpoint_ceil_bytes_per_s`, R the research rate of the
-current control period: the idle part of the reserve is lent to checkpoints and handed back at the next period
-research uses it (the same value is the writers' HTB ceil, so P1 plans with the rate they get), P3 admits planned migrations, and `_rates` turns both into actual rates
+research reserve less AF41; β per link, calibrated daily: design §4.1) — with the work-conserving reserve (design
+§4.2, `Policy.reserve_borrow`, the default under P3) B⁻ − min(R, β·B⁻) − AF41 by
+`scheduler.reserve.checkpoint_ceil_bytes_per_s`, R the research rate of the current control period: the idle part
+of the reserve is lent to checkpoints and handed back at the next period research uses it. P1 plans at that bound;
+the writers' HTB ceil is the agent's (the line, less the reserve research uses), so on the true link a write may
+run faster than planned, never into research's used reserve or admitted migrations. P3 admits planned migrations,
+and `_rates` turns both into actual rates
 (`scheduler.sim.network.allocate`): a checkpoint stall lasts C / (its actual rate) under every policy — or,
 with asynchronous snapshots (`Policy.ckpt_mode == "async"`, design §2 "Asynchronous snapshots"), only
 stall_fraction of it: the copy of C at that rate (`xfer`) then runs in the background while the job works,
@@ -115,7 +118,10 @@ class ControlMixin:
                                           np.full(idx.size, self.tv_bw[h]))
         p3 = pol.traffic == "p3"
         self.bplan[idx] = b if p3 else LINE_RATE_BYTES_PER_S
-        self.wceil[idx] = budget_node[nodes] if p3 else LINE_RATE_BYTES_PER_S
+        # the writers' HTB ceil: with the work-conserving reserve the agent's (§4.2: the line less the reserve research
+        # uses, which `allocate` takes off the true link with admitted migrations), else P1's budget (ceil = rate)
+        self.wceil[idx] = budget_node[nodes] if p3 and not pol.reserve_borrow else LINE_RATE_BYTES_PER_S
+        self.ckpt_budget[idx] = budget_node[nodes] if p3 else np.nan
         if pol.ckpt_mode == "async":
             self._remap_write(idx, interval, self.xfer[idx])
         else:

@@ -247,7 +247,8 @@ class Simulator(ControlMixin, PlacementMixin):
         self.s = np.ones(J)
         self.xfer = np.ones(J)  # async checkpoints (design §2): the background copy's time C/b (sync: unused)
         self.bplan = np.full(J, LINE_RATE_BYTES_PER_S)  # guaranteed pre-sync rate b_i (tcp: line rate)
-        self.wceil = np.full(J, LINE_RATE_BYTES_PER_S)  # its node's checkpoint budget B_ckpt (HTB ceil)
+        self.wceil = np.full(J, LINE_RATE_BYTES_PER_S)  # its pre-sync's HTB ceil
+        self.ckpt_budget = np.full(J, np.nan)  # B_ckpt of its node when P1 last planned it (P3 policies)
         self.holder = np.full(J, -1)
         self.first_start = np.full(J, np.nan)
         self.t_done = np.full(J, np.nan)

@@ -80,12 +80,18 @@ def test_verdict_says_met_or_missed_and_by_how_much() -> None:
     assert verdict(float("nan"), 0.0, at_most=True)[0] is False
 
 
+def _nores(work_lost: tuple[float, float], stall: tuple[float, float]) -> dict:
+    """The research-zeroed summary: (reclaimnet, static) means of work lost and stall over 8 seeds."""
+    return {"work_lost_gpu_h": work_lost, "overhead_gpu_h": stall, "seeds": 8,
+            "change_pct": (100 * (work_lost[0] / work_lost[1] - 1), 2.0)}
+
+
 def _summary(**kw):
     s = {"informed_ratio": 1.02, "vs_slurm-pr": -70.0, "vs_static-10min": -65.0, "vs_static-budget": -5.0,
          "success_pct": 93.0, "degradation_pct": 2.5, "violations": {"reclaimnet": 0.05, "static": 0.3,
                                                                      "oracle": 0.0},
          "front": ["reclaimnet", "static"], "honouring_best": ("static-budget", 12.0), "rn_lost": 10.0,
-         "nores": (9.0, 9.5), "reconv_min": 16.0}
+         "nores": _nores((9.0, 9.5), (3.0, 3.1)), "reconv_min": 16.0}
     s.update(kw)
     return s
 
@@ -98,7 +104,7 @@ def test_headline_checks_all_met_on_numbers_that_meet_every_target() -> None:
 
 def test_headline_checks_name_each_missed_target_with_its_margin() -> None:
     s = _summary(**{"vs_slurm-pr": -40.0, "informed_ratio": 1.10, "degradation_pct": 4.0, "rn_lost": 15.0,
-                    "nores": (12.0, 9.5), "front": ["static"], "reconv_min": 30.0,
+                    "nores": _nores((12.0, 9.5), (3.0, 3.1)), "front": ["static"], "reconv_min": 30.0,
                     "violations": {"reclaimnet": 0.4, "static": 0.3, "oracle": 0.0}})
     got = {what: (how, met) for what, how, met in headline_checks(s)}
     assert got["work lost at least 66% below `slurm-pr`"] == ("-40%; missed by 26.0 points", False)
@@ -109,7 +115,12 @@ def test_headline_checks_name_each_missed_target_with_its_margin() -> None:
     assert "missed by 10.0" in got["fewer budget violations than every policy but `oracle`"][0]
     assert got["least work lost among the migrating online policies honouring the budgets"][1] is False
     assert "missed by 3.0 GPU-h" in got["least work lost among the migrating online policies honouring the budgets"][0]
-    assert got["research zeroed, no budget binding: work lost ≤ `static`"][1] is False
+    zeroed = "research zeroed, no budget binding: work lost and stall ≤ `static`"
+    assert got[zeroed][1] is False
+    assert "work lost reclaimnet 12 vs static 9.5 GPU-h (paired +26% ± 2), missed by 2.5 GPU-h" in got[zeroed][0]
+    # less work lost but more stall than `static` still misses: the issue asks for both
+    stall = {what: met for what, _, met in headline_checks(_summary(nores=_nores((9.0, 9.5), (3.2, 3.1))))}
+    assert stall[zeroed] is False
     assert got["on the Pareto front (work lost, degradation, violations) of the online migrating policies"][1] is False
     assert got["re-convergence after the 1.7x hazard step ≤ 18 min"] == ("30 min; missed by 12.0 min", False)
 

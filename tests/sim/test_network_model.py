@@ -84,5 +84,5 @@ def test_two_jobs_on_one_node_write_above_their_guarantee() -> None:
     sim.run()
     assert sim.node[0] == sim.node[1]
     rate = C / sim.s[:2]
-    assert np.all(sim.bplan[:2] < 0.6 * sim.wceil[:2])
-    assert np.all(rate > 0.9 * sim.wceil[:2])
+    assert np.all(sim.bplan[:2] < 0.6 * sim.ckpt_budget[:2])
+    assert np.all(rate > 0.9 * sim.ckpt_budget[:2])

@@ -63,23 +63,24 @@ def test_informed_checkpoint_rate_is_the_link_less_the_reserve_research_uses(sha
     sim = _end_state(_campus(share), "informed", reserve="fixed")
     w = sim.use.writer_rate_bytes_per_s
     assert w == pytest.approx(np.full(2, expected_fraction * LINK_BYTES_PER_S), rel=1e-9)
-    # P1 planned with the same rate the write gets (its budget is the writers' HTB ceil)
-    assert sim.wceil == pytest.approx(w, rel=1e-9)
+    # P1 planned with the rate the write gets: informed knows B, and the link (below the line) bounds the write
+    assert sim.ckpt_budget == pytest.approx(w, rel=1e-9)
     fixed = _end_state(_campus(share), "informed", reserve="fixed", reserve_borrow=False)
     assert fixed.use.writer_rate_bytes_per_s == pytest.approx(np.full(2, 0.7 * LINK_BYTES_PER_S), rel=1e-9)
 
 
 def test_reclaimnet_plans_with_the_scheduler_reserve_rule_at_its_estimate() -> None:
-    """ReclaimNet plans at B⁻ (the estimator's bound): ceil = scheduler.reserve's rule at B⁻, R."""
+    """ReclaimNet plans at B⁻ (the estimator's bound): its budget = scheduler.reserve's rule at B⁻, R."""
     for share in (0.0, RESERVE_FRACTION):
         sim = _end_state(_campus(share), "reclaimnet")
         cap = sim.Bcap[sim.access[sim.node]]
         want = checkpoint_ceil_bytes_per_s(cap, RESERVE_FRACTION * cap, share * LINK_BYTES_PER_S)
-        assert sim.wceil == pytest.approx(want, rel=1e-9)
+        assert sim.ckpt_budget == pytest.approx(want, rel=1e-9)
         if share == 0.0:
-            assert np.all(sim.wceil > 0.9 * LINK_BYTES_PER_S)  # whole B⁻, not 0.7·B⁻
-        # whatever the estimate, the write never takes the reserve research uses on the true link
-        assert np.all(sim.use.writer_rate_bytes_per_s <= (1 - share) * LINK_BYTES_PER_S * (1 + 1e-9))
+            assert np.all(sim.ckpt_budget > 0.9 * LINK_BYTES_PER_S)  # whole B⁻, not 0.7·B⁻
+        # the write's ceil is the agent's, not the plan's: on the true link it gets all but the reserve research uses
+        # (more than planned where B⁻ is below B, less where the estimate is above it), never that reserve
+        assert sim.use.writer_rate_bytes_per_s == pytest.approx(np.full(2, (1 - share) * LINK_BYTES_PER_S), rel=1e-9)
 
 
 def test_borrowed_reserve_is_handed_back_when_research_returns() -> None:
