@@ -43,6 +43,8 @@ def test_work_done_moves_live_while_the_job_runs(
     expect(page.locator(".messages")).to_contain_text("submitted")
     job = Job.objects.get(name="browser-progress")
     expect(page.get_by_test_id("work-done")).to_have_text("0 s")
+    # the page follows the job's events only once its socket is open: an event published before is never seen
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
 
     # Play the control plane: the job starts on a node two minutes ago; its agent's heartbeats report steps.
     node = Node.objects.filter(state="online").order_by("name").first()
