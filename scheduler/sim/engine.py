@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scheduler.estimators import DAY_S
 from scheduler.reserve import RESERVE_WINDOW_S, calibrate_reserve_bytes_per_s
 from scheduler.sim.control import LOCAL_WRITE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ControlMixin
 from scheduler.sim.cycles import advance_cycles, async_durable, risk_integral, time_to_finish
@@ -37,8 +38,6 @@ from scheduler.topology import CampusTree
 
 BIG_S = 1e18
 
-
-DAY_S = 86400.0
 
 @dataclass
 class Interruption:

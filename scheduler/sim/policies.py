@@ -90,8 +90,8 @@ _NAMED: dict[str, Policy] = {
     # not in design §7: ReclaimNet with the research reserve sized from the calibration week's research share
     "reclaimnet-reserve": Policy("reclaimnet-reserve", reserve_quantile=0.95),
     # not in design §7: static Young/Daly held to the same loss budgets (Eq. 9's clip), to separate what the
-    # budgets cost from what P1's adaptivity buys; first fit, and the same research reserve as ReclaimNet's
-    # budgets, under the same research reserve (P3 traffic with the calibrated reserve; design §21.1)
+    # budgets cost from what P1's adaptivity buys; first fit, under the same research reserve as ReclaimNet (P3
+    # traffic with the calibrated reserve; design §21.1)
     "static-budget": Policy("static-budget", interval="static-budget", bandwidth_split="equal",
                             destination="first_fit", traffic="p3"),
     # the paper's B3 (design §21.1): a fixed 10-minute interval, no hazard or bandwidth adaptation, and the same

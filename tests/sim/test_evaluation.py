@@ -169,15 +169,21 @@ def test_budget_bound_share_is_zero_when_the_hazard_sets_the_interval() -> None:
     assert s["budget_bound_share"] == 0.0
 
 
-def _research_campus(share: float) -> object:
-    """Two nodes, one long job checkpointing often, research using `share` of each access link all the time."""
+def _research_steps_campus(steps: list[tuple[float, float]], days: float = 3.0) -> object:
+    """Two nodes, one long job checkpointing often, research's share of each access link changing at the given
+    (t_s, share) steps."""
     rows = star_campus(2, 1e8)
     rows["jobs"] = [{"id": "j", "submit_s": 0, "gpus": 1, "vram_gb": 0, "min_capability": 0, "work_s": 1e12,
                      "ckpt_bytes": 5e9, "restart_s": 10, "loss_budget_s": 300}]
     rows["reclaims"] = []
-    rows["research"] = [{"link": r["link"], "t_s": 0, "bytes_per_s": share * r["bytes_per_s"]}
-                        for r in rows["bandwidth"]]
-    return from_rows(rows, 3 * 86400.0)
+    rows["research"] = [{"link": r["link"], "t_s": t, "bytes_per_s": share * r["bytes_per_s"]}
+                        for t, share in steps for r in rows["bandwidth"]]
+    return from_rows(rows, days * 86400.0)
+
+
+def _research_campus(share: float) -> object:
+    """`_research_steps_campus` with research using `share` of each access link all the time."""
+    return _research_steps_campus([(0.0, share)])
 
 
 def test_calibrated_reserve_covers_research_above_the_default_30_percent() -> None:
@@ -194,23 +200,24 @@ def test_calibrated_reserve_covers_research_above_the_default_30_percent() -> No
         assert low["reserve_fraction"] == pytest.approx(0.3)  # never below design §4's β
 
 
-def _research_steps_campus(steps: list[tuple[float, float]], days: float) -> object:
-    """`_research_campus` with research's share of every link changing at the given (t_s, share) steps."""
-    rows = star_campus(2, 1e8)
-    rows["jobs"] = [{"id": "j", "submit_s": 0, "gpus": 1, "vram_gb": 0, "min_capability": 0, "work_s": 1e12,
-                     "ckpt_bytes": 5e9, "restart_s": 10, "loss_budget_s": 300}]
-    rows["reclaims"] = []
-    rows["research"] = [{"link": r["link"], "t_s": t, "bytes_per_s": share * r["bytes_per_s"]}
-                        for t, share in steps for r in rows["bandwidth"]]
-    return from_rows(rows, days * 86400.0)
-
-
 def test_reserve_is_recalibrated_daily_from_the_last_seven_days() -> None:
     """design §4.1 as the portal runs it: each day the reserve becomes max(p95 of the last 7 days' research share,
     β); a rise in research is covered from the next daily calibration on, and it is forgotten 7 days later."""
     day = 86400.0
     # research at 10% of the link, at 60% during the second day only (86400-172800 s)
     steps = [(0.0, 0.1), (day, 0.6), (2 * day, 0.1)]
+    seen = _reserve_each_day(_research_steps_campus(steps, 11.0), "reclaimnet")
+    # calibrated at the start of each day from the days before it: β while only 10% was seen (days 0, 1), 0.6
+    # while the second day is in the 7-day window (days 2-8: 1/7 of the samples, more than the 5% p95 ignores),
+    # β again once it has left (days 9, 10)
+    assert seen == pytest.approx([0.3, 0.3] + [0.6] * 7 + [0.3, 0.3])
+    never = _reserve_each_day(_research_steps_campus(steps, 3.0), "reclaimnet-beta")
+    assert never == pytest.approx([0.3, 0.3, 0.3])  # never calibrated
+
+
+def _reserve_each_day(trace: object, policy: str) -> list[float]:
+    """The first link's reserve share at the start of each simulated day (after that day's calibration)."""
+    day = 86400.0
     seen: list[float] = []
 
     class Watch(Simulator):
@@ -219,18 +226,5 @@ def test_reserve_is_recalibrated_daily_from_the_last_seven_days() -> None:
             if t % day == 0:
                 seen.append(float(self.reserve_fraction[0]))
 
-    Watch(_research_steps_campus(steps, 11.0), get_policy("reclaimnet"), seed=0).run()
-    # calibrated at the start of each day from the days before it: β while only 10% was seen (days 0, 1), 0.6
-    # while the second day is in the 7-day window (days 2-8: 1/7 of the samples, more than the 5% p95 ignores),
-    # β again once it has left (days 9, 10)
-    assert seen == pytest.approx([0.3, 0.3] + [0.6] * 7 + [0.3, 0.3])
-    beta: list[float] = []
-
-    class WatchBeta(Watch):
-        def _on_epoch(self, t: float) -> None:
-            Simulator._on_epoch(self, t)
-            if t % day == 0:
-                beta.append(float(self.reserve_fraction[0]))
-
-    WatchBeta(_research_steps_campus(steps, 3.0), get_policy("reclaimnet-beta"), seed=0).run()
-    assert beta == pytest.approx([0.3, 0.3, 0.3])  # never calibrated
+    Watch(trace, get_policy(policy), seed=0).run()
+    return seen

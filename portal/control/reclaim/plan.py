@@ -191,9 +191,13 @@ def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = No
     notice_s = max(0.0, float(notice_s))
     jobs = jobs if jobs is not None else jobs_leaving(node_pk, scheduled=notice_s > 0)
     sizes = sizes if sizes is not None else checkpoint_size_bytes(j.pk for j in jobs)
-    node_budget = _access_budget(campus, node_pk)
+    if not jobs:
+        return ReclaimPlan(node_pk, notice_s, ())
+    # design §4.1: each link's stored B_min (calibrated or an admin's), else the setting; read once per plan
+    link_reserve_min = reserve_min_by_link(campus.link_pks)
+    node_budget = _access_budget(campus, node_pk, link_reserve_min)
     alone_s = {j.pk: (sizes[j.pk] / node_budget if node_budget > 0 else math.inf) + j.restart_s for j in jobs}
-    if notice_s <= 0 or not jobs:
+    if notice_s <= 0:
         return ReclaimPlan(node_pk, notice_s, tuple(
             _recovered(campus, j, sizes[j.pk], node_pk, lost_at, alone_s[j.pk], "no notice") for j in jobs))
     chosen: list[tuple[Job, int | None, list[int], dict[str, Any], dict[str, Any]]] = []
@@ -222,8 +226,6 @@ def plan_reclaim(campus: Campus, node_pk: int, notice_s: float, *, now: Any = No
         paths.append(campus.path_links(mig.source_id, mig.destination_id))
     flows = P3Flows(ids=tuple(ids), bytes=np.array(sizes_b), notice_s=np.array(notices),
                     restart_s=np.array(restarts), cap_bytes_per_s=np.full(len(ids), np.inf))
-    # design §4 "Calibrated reserve": each link's stored B_min (calibrated or an admin's), else the setting
-    link_reserve_min = reserve_min_by_link(campus.link_pks)
     decision = admit_flows_on_paths(flows, campus.link_available_bytes_per_s, paths,
                                     reserve_fraction=rn("RESERVE_FRACTION"),
                                     reserve_min_bytes_per_s=link_reserve_min)
@@ -275,13 +277,13 @@ def _access_lower(campus: Campus, node_pk: int) -> float:
     return 0.0 if link is None else float(campus.link_available_bytes_per_s[link])
 
 
-def _access_budget(campus: Campus, node_pk: int) -> float:
-    """P3's migration budget on the node's access link: its B⁻ less its calibrated reserve, as P3 admits on it."""
+def _access_budget(campus: Campus, node_pk: int, link_reserve_min: np.ndarray) -> float:
+    """P3's migration budget on the node's access link: its B⁻ less its reserve (``link_reserve_min``: B_min per
+    link of ``campus``, :func:`portal.control.reserve.reserve_min_by_link`), as P3 admits on it."""
     link = campus.access_link_of.get(node_pk)
     if link is None:
         return 0.0
-    return migration_budget(float(campus.link_available_bytes_per_s[link]),
-                            float(reserve_min_by_link([campus.link_pks[link]])[0]))
+    return migration_budget(float(campus.link_available_bytes_per_s[link]), float(link_reserve_min[link]))
 
 
 def shortest_loss_free_notice_s(campus: Campus, node_pk: int, *, now: Any = None) -> float | None:
@@ -304,7 +306,7 @@ def shortest_loss_free_notice_s(campus: Campus, node_pk: int, *, now: Any = None
         return plan_reclaim(campus.scratch(), node_pk, notice, now=now, jobs=jobs, sizes=sizes,
                             inflight=moving).loss_free
 
-    budget = _access_budget(campus, node_pk)
+    budget = _access_budget(campus, node_pk, reserve_min_by_link(campus.link_pks))
     if budget <= 0:
         return None
     high = max(NOTICE_RESOLUTION_S, max(sizes[j.pk] / budget + j.restart_s for j in jobs))
