@@ -63,6 +63,7 @@ def summarise(r: SimResult, horizon_s: float) -> dict[str, Any]:
         "jobs_done": int(r.jobs_done),
         "lost_gpu_h": round(lost_h, 4),
         "overhead_gpu_h": round(ovh_h, 4),
+        "running_gpu_h": round(r.running_gpu_s / 3600.0, 4),  # GPU-time computing or stalled (exposure to reclaims)
         "interruptions": len(ints),
         # why migrations failed (each failed interruption counted once, in this order)
         "fail_not_moved": int(np.sum(~moved)),

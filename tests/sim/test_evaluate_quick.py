@@ -16,7 +16,14 @@ import pytest
 from scheduler.sim.engine import simulate
 from scheduler.sim.metrics import budget_violations, summarise
 from scheduler.sim.policies import RECLAIMNET, get_policy
-from scheduler.sim.report import BASELINES, evaluate_line, headline_checks, pareto_front, verdict
+from scheduler.sim.report import (
+    BASELINES,
+    evaluate_line,
+    headline_checks,
+    pareto_front,
+    periodic_floor,
+    verdict,
+)
 from scheduler.sim.trace import from_rows
 from scheduler.sim.tracegen import generate, paper_hazard_config
 from tests.sim.helpers import star_campus
@@ -125,6 +132,34 @@ def test_headline_checks_name_each_missed_target_with_its_margin() -> None:
     assert got["re-convergence after the 1.7x hazard step ≤ 18 min"] == ("30 min; missed by 12.0 min", False)
 
 
+def test_periodic_floor_is_the_best_constant_interval_less_theorem_2s_gap() -> None:
+    sweep = {300: 190.0, 420: 179.0, 600: 174.0, 900: 194.0}
+    best_s, best, floor = periodic_floor(sweep, 0.08)
+    assert (best_s, best) == (600, 174.0)
+    assert floor == pytest.approx(174.0 / 1.08)
+    assert periodic_floor(sweep, -0.01)[2] == 174.0  # a gap is never negative (Cauchy-Schwarz)
+
+
+def test_contrast_checks_quote_the_periodic_floor_without_changing_the_verdict() -> None:
+    floor = {"best_interval_s": 600, "gap_pct": 8.1, "vs": {"slurm-pr": -35.0, "static-10min": -7.5}}
+    got = {what: (how, met) for what, how, met in headline_checks(_summary(periodic_floor=floor))}
+    plain = {what: (how, met) for what, how, met in headline_checks(_summary())}
+    for policy, pct in (("slurm-pr", "-35"), ("static-10min", "-8")):
+        what = next(w for w in got if w.endswith(f"`{policy}`"))
+        assert got[what][1] == plain[what][1]
+        assert got[what][0].startswith(plain[what][0])
+        assert (f"Theorem 2's floor for any periodic policy with this machinery: {pct}% (best constant interval "
+                "600 s, adaptivity gap 8.1%)") in got[what][0]
+    assert got["work lost never above `static-budget`"] == plain["work lost never above `static-budget`"]
+
+
+def test_research_zeroed_check_gives_stall_per_running_gpu_hour() -> None:
+    nores = {**_nores((9.0, 9.5), (3.2, 3.0)), "running_gpu_h": (32.0, 30.0)}
+    (_, how, met), = [c for c in headline_checks(_summary(nores=nores)) if c[0].startswith("research zeroed")]
+    assert met is False  # more stall is a miss whatever the exposure
+    assert "(per running GPU-h 0.100 vs 0.100; reclaimnet ran +7% GPU-h)" in how
+
+
 def test_evaluate_line_format_and_pareto_front() -> None:
     line = evaluate_line("evaluate", _summary(**{"vs_slurm-pr": -69.4, "vs_static-budget": 12.2}))
     assert line == ("evaluate: informed ratio 1.02, vs slurm-pr -69%, vs static-10min -65%, vs static-budget +12%, "
@@ -153,6 +188,12 @@ def test_evaluate_quick_builds_a_report_with_both_campuses(tmp_path: Path) -> No
         assert rows[0].startswith("policy,seeds,work_lost_gpu_h") and "budget_violations_pct" in rows[0]
         assert {r.split(",")[0] for r in rows[1:]} >= {name for _, name, _ in BASELINES}
     assert (tmp_path / "pareto.png").stat().st_size > 1000
+    # the paper-hazard campus's fixed-interval sweep and the floor it gives the two contrasts it bounds
+    paper = report[report.index("### Paper-hazard campus"):report.index("### Count-faithful campus")]
+    assert "How far below `static-10min` can a policy that checkpoints periodically go?" in paper
+    assert "| interval_s | work_lost_gpu_h |" in paper
+    assert paper.count("Theorem 2's floor for any periodic policy with this machinery") == 2
+    assert "Theorem 2's floor" not in report[report.index("### Count-faithful campus"):]
     # the verdicts in the report follow from the printed numbers (a margin under 0.5 could round either way)
     for line, title in ((printed[-2], "Paper-hazard campus"), (printed[-1], "Count-faithful campus")):
         section = report[report.index(f"### {title}"):]
