@@ -1,6 +1,6 @@
 # Trace-driven evaluation: report, CSVs and plots in reports/evaluation/ (gitignored). Design §21: the paper's baselines
 # by name on two campuses (count-faithful and paper-hazard), 8 seeds for the headline policies; the last two lines are
-# `evaluate-paper-hazard: ...` then `evaluate: ...`. About 15.5 min (934 s in the report, 1,830 CPU-s) on the
+# `evaluate-paper-hazard: ...` then `evaluate: ...`. 10-16 min (574-934 s in the report, 1,128-1,830 CPU-s) on the
 # shared 2-core machine (design §21.3).
 # `evaluate-quick` builds the same report small (both campuses, 2 seeds; under a minute); make test runs it through
 # tests/sim/test_evaluate_quick.py, which also checks the report's structure and its verdicts.
