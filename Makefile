@@ -47,7 +47,7 @@ test: venv services
 	@if [ -x scripts/install_torch_deps.sh ]; then bash scripts/install_torch_deps.sh; fi
 	$(VENV)/bin/ruff check .
 	env $(RECLAIMNET_TESTING_ENV) $(PY) manage.py collectstatic --noinput -v 0
-	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser" --ignore=tests/browser
+	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser" --ignore=tests/browser --durations=30
 	@if [ -d tests/browser ]; then $(MAKE) --no-print-directory test-browser; fi
 
 # Everything but the kernel, end-to-end and browser tests: a quick loop while editing.
