@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from asgiref.sync import async_to_sync
-from django.test import Client
+from django.test import AsyncClient, Client
 
 
 def sha(data: bytes) -> str:
@@ -48,12 +48,21 @@ def complete(client: Client, token: str, job_id: int, files: list[str], checkpoi
 
 
 def streamed_chunks(response: Any) -> list[bytes]:
-    """The chunks of a streaming response, read as the ASGI handler reads them (asynchronously)."""
+    """The chunks of a streaming response, read as its server would: asynchronously when it is async (ASGI)."""
+    if not response.is_async:
+        return [bytes(chunk) for chunk in response.streaming_content]
 
     async def collect() -> list[bytes]:
         return [bytes(chunk) async for chunk in response.streaming_content]
 
     return async_to_sync(collect)()
+
+
+def asgi_get(user: Any, path: str) -> Any:
+    """``GET path`` through Django's ASGI handler (as daphne serves it), signed in as ``user``."""
+    client = AsyncClient()
+    client.force_login(user)
+    return async_to_sync(client.get)(path)
 
 
 def streamed_body(response: Any) -> bytes:

@@ -20,7 +20,7 @@ from portal.core.models import JobResultFile, Placement
 from portal.core.results_storage import AtomicFileSystemStorage
 from portal.core.services import results as svc
 from tests.results.conftest import Campus
-from tests.results.helpers import complete, put_chunk, sha, streamed_body, streamed_chunks, upload
+from tests.results.helpers import asgi_get, complete, put_chunk, sha, streamed_body, streamed_chunks, upload
 
 pytestmark = pytest.mark.django_db
 
@@ -67,7 +67,7 @@ def test_a_large_download_streams_from_an_async_iterator_in_bounded_chunks(campu
     monkeypatch.setattr(views_results, "DOWNLOAD_CHUNK_BYTES", 64 * 1024)
     data = os.urandom(3 * 2**20 + 5)
     assert upload(Client(), campus.token, campus.job.pk, "big.bin", data).status_code == 201
-    response = _reader(campus).get(f"/api/jobs/{campus.job.pk}/results/files/big.bin")
+    response = asgi_get(campus.users["researcher"], f"/api/jobs/{campus.job.pk}/results/files/big.bin")
     assert response.status_code == 200
     assert response.is_async  # ASGI sends it chunk by chunk, not sync_to_async(list)(…) of the whole file
     assert hasattr(response.streaming_content, "__aiter__")
@@ -82,9 +82,21 @@ def test_a_large_download_streams_from_an_async_iterator_in_bounded_chunks(campu
 def test_the_checkpoint_download_streams_too(campus: Campus) -> None:
     ckpt = os.urandom(5000)
     upload(Client(), campus.token, campus.job.pk, "c.ckpt", ckpt, kind="checkpoint", sequence=1)
-    response = _reader(campus).get(f"/api/jobs/{campus.job.pk}/checkpoint/")
+    response = asgi_get(campus.users["researcher"], f"/api/jobs/{campus.job.pk}/checkpoint/")
     assert response.is_async
     assert streamed_body(response) == ckpt
+
+
+def test_under_wsgi_a_download_streams_from_a_synchronous_iterator(campus: Campus, monkeypatch: Any) -> None:
+    """Django's WSGI path reads an async iterator whole into memory, with a warning: it gets a plain one."""
+    monkeypatch.setattr(views_results, "DOWNLOAD_CHUNK_BYTES", 4096)
+    data = os.urandom(3 * 4096 + 1)
+    assert upload(Client(), campus.token, campus.job.pk, "w.bin", data).status_code == 201
+    response = _reader(campus).get(f"/api/jobs/{campus.job.pk}/results/files/w.bin")
+    assert response.status_code == 200 and not response.is_async
+    chunks = streamed_chunks(response)
+    assert [len(c) for c in chunks] == [4096, 4096, 4096, 1]
+    assert b"".join(chunks) == data
 
 
 # --- the final chunk: once, from a running hash --------------------------------------------------------------------

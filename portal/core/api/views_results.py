@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import json
 import posixpath
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, BinaryIO
 
 from django.core.exceptions import ValidationError
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt
@@ -91,9 +92,20 @@ async def file_chunks(handle: BinaryIO, chunk_bytes: int = DOWNLOAD_CHUNK_BYTES)
         await asyncio.to_thread(handle.close)
 
 
-def _send(opened: Any) -> StreamingHttpResponse:
+def file_chunks_sync(handle: BinaryIO, chunk_bytes: int = DOWNLOAD_CHUNK_BYTES) -> Iterator[bytes]:
+    """The same chunks for a WSGI server, which reads an async iterator whole into memory first."""
+    try:
+        while chunk := handle.read(chunk_bytes):
+            yield chunk
+    finally:
+        handle.close()
+
+
+def _send(request: Request, opened: Any) -> StreamingHttpResponse:
     handle, row = opened
-    response = StreamingHttpResponse(file_chunks(handle, DOWNLOAD_CHUNK_BYTES), content_type="application/octet-stream")
+    under_asgi = isinstance(request._request, ASGIRequest)
+    chunks = (file_chunks if under_asgi else file_chunks_sync)(handle, DOWNLOAD_CHUNK_BYTES)
+    response = StreamingHttpResponse(chunks, content_type="application/octet-stream")
     response._resource_closers.append(handle.close)  # closed even when the body is never sent
     response["Content-Disposition"] = content_disposition_header(True, posixpath.basename(row.path))
     response[CHECKSUM_HEADER] = row.sha256
@@ -144,7 +156,7 @@ class JobResultFileView(_BytesView):
         opened = svc.open_file(job_id, ResultKind.OUTPUT, path)
         if opened is None:
             raise NotFound("No such file in this job's results.")
-        return _send(opened)
+        return _send(request, opened)
 
 
 class JobCheckpointView(_BytesView):
@@ -156,7 +168,7 @@ class JobCheckpointView(_BytesView):
         opened = svc.open_file(_readable_job_id(request, id), ResultKind.CHECKPOINT)
         if opened is None:
             raise NotFound("No final checkpoint of this job was kept on the portal.")
-        return _send(opened)
+        return _send(request, opened)
 
 
 # --- the agents' side ------------------------------------------------------------------------------------------
