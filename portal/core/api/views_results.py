@@ -82,23 +82,25 @@ def _readable_job_id(request: Request, job_id: int) -> int:
     return job_id
 
 
-async def file_chunks(handle: BinaryIO, chunk_bytes: int = DOWNLOAD_CHUNK_BYTES) -> AsyncIterator[bytes]:
-    """The file's bytes, read in a thread ``chunk_bytes`` at a time. An async iterator: under ASGI, a streaming
-    response over a synchronous iterator is read whole into memory first (``sync_to_async(list)``)."""
-    try:
-        while chunk := await asyncio.to_thread(handle.read, chunk_bytes):
-            yield chunk
-    finally:
-        await asyncio.to_thread(handle.close)
-
-
 def file_chunks_sync(handle: BinaryIO, chunk_bytes: int = DOWNLOAD_CHUNK_BYTES) -> Iterator[bytes]:
-    """The same chunks for a WSGI server, which reads an async iterator whole into memory first."""
+    """The file's bytes, ``chunk_bytes`` at a time; the file is closed when they end or the reader stops. What a
+    WSGI server is given: Django's WSGI path reads an async iterator whole into memory first."""
     try:
         while chunk := handle.read(chunk_bytes):
             yield chunk
     finally:
         handle.close()
+
+
+async def file_chunks(handle: BinaryIO, chunk_bytes: int = DOWNLOAD_CHUNK_BYTES) -> AsyncIterator[bytes]:
+    """The same chunks, each read in a thread. What an ASGI server is given: Django's ASGI path reads a synchronous
+    iterator whole into memory first (``sync_to_async(list)``)."""
+    chunks = file_chunks_sync(handle, chunk_bytes)
+    try:
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            yield chunk
+    finally:
+        await asyncio.to_thread(chunks.close)
 
 
 def _send(request: Request, opened: Any) -> StreamingHttpResponse:
