@@ -8,13 +8,13 @@ TEST_DATABASE_URL ?= postgres://reclaimnet@127.0.0.1:5432/reclaimnet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export RECLAIMNET_TESTING_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) RECLAIMNET_TESTING=1
 
-.PHONY: help venv services demo test test-unit lint lock clean
+.PHONY: help venv torch-deps services demo test test-unit lint lock clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   - set up and run the portal on the embedded default (SQLite, in-process scheduler, simulated agents)"
 	@echo "make test   - set up and run the whole suite against PostgreSQL and Redis"
-	@echo "other targets: lint lock bench bench-tick bench-net bench-notify e2e chaos fuzz-api load load-cpu test-browser evaluate clean"
+	@echo "other targets: lint lock bench bench-tick bench-net bench-notify bench-ckpt gpu-check e2e chaos fuzz-api load load-cpu test-browser evaluate clean"
 
 # pyproject.toml holds the supported ranges; constraints.txt the exact versions tested together (`make lock`).
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -24,6 +24,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	@touch $@
 
 venv: $(VENV)/.installed
+
+# The torch extra (the pinned CPU build, transformers, accelerate: scripts/install_torch_deps.sh, ~750 MB from the
+# wheel on disk), for bench-ckpt, gpu-check and the PyTorch job tests. `make test` installs it too.
+$(VENV)/.torch-installed: $(VENV)/.installed scripts/install_torch_deps.sh
+	PY=$(PY) bash scripts/install_torch_deps.sh
+	@touch $@
+
+torch-deps: $(VENV)/.torch-installed
 
 services:
 	@bash scripts/services.sh

@@ -33,10 +33,11 @@ WIDTH = 4096
 LAYERS = 5  # 5 × 4096² weights (+ biases) ≈ 84 M parameters; × 3 (weights, Adam exp_avg, exp_avg_sq) ≈ 1.0 GB
 
 
-def big_state() -> TrainingState:
-    """~1 GB of training state: the model and Adam's two moments (materialised by one step on zero gradients)."""
+def big_state(device: str = "cpu") -> TrainingState:
+    """~1 GB of training state on ``device``: the model and Adam's two moments (materialised by one step on zero
+    gradients). On ``cuda`` the asynchronous snapshot's stall is the device-to-host copy (``make gpu-check``)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)]).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
@@ -87,11 +88,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory under /var/tmp)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where the training state lives (cuda: make gpu-check); the small loop runs on the CPU")
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device")
     torch.set_num_threads(1)
-    ts = big_state()
+    ts = big_state(args.device)
     size = state_bytes(ts)
-    print(f"state: {size / 1e9:.2f} GB ({LAYERS} x Linear({WIDTH}, {WIDTH}) + Adam moments)")
+    print(f"state: {size / 1e9:.2f} GB on {args.device} ({LAYERS} x Linear({WIDTH}, {WIDTH}) + Adam moments)")
     base = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.dir or "/var/tmp"))
     loop = SmallLoop()
     loop.rate_for(0.5)  # warm up
