@@ -14,41 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
 from django.utils import timezone
 
 from portal.core.lifecycle.base import apply_transition
+from portal.core.states import JOB_ALLOWED, JOB_TERMINAL, JobState
 
 if TYPE_CHECKING:
     from portal.core.models import Job
 
 
-class JobState(models.TextChoices):
-    QUEUED = "queued", "queued"
-    RUNNING = "running", "running"
-    MIGRATING = "migrating", "migrating"
-    COMPLETED = "completed", "completed"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
-    SUSPENDED = "suspended", "suspended"  # released by the idle watchdog or the loan timer; its owner resumes it
-
-
-TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
-
-ALLOWED: dict[str, frozenset[str]] = {
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
-    JobState.RUNNING: frozenset(
-        {JobState.MIGRATING, JobState.QUEUED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
-    ),
-    JobState.MIGRATING: frozenset(
-        {JobState.RUNNING, JobState.QUEUED, JobState.FAILED, JobState.CANCELLED, JobState.SUSPENDED}
-    ),
-    # Released by the idle watchdog or the loan timer (design §15): off its node, resumable by its owner.
-    JobState.SUSPENDED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
-    JobState.COMPLETED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.CANCELLED: frozenset(),
-}
+# The states and their table live in portal.core.states (no model import, so the models can take them);
+# these names are the lifecycle's public ones.
+ALLOWED = JOB_ALLOWED
+TERMINAL = JOB_TERMINAL
 
 
 # Called with the job after it moved to failed, cancelled or completed, in the same transaction (the fair queue

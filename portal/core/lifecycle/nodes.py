@@ -13,34 +13,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
 from django.utils import timezone
 
 from portal.core.lifecycle.base import InvalidTransition, apply_transition
+from portal.core.states import NODE_ALLOWED, NODE_LENDABLE, NodeState
 
 if TYPE_CHECKING:
     from portal.core.models import Node
 
 
-class NodeState(models.TextChoices):
-    REGISTERED = "registered", "registered"
-    ONLINE = "online", "online"
-    OFFLINE = "offline", "offline"
-    DRAINING = "draining", "draining"
-    RECLAIMED = "reclaimed", "reclaimed"
-    RETIRED = "retired", "retired"
-
-
-ALLOWED: dict[str, frozenset[str]] = {
-    NodeState.REGISTERED: frozenset({NodeState.ONLINE, NodeState.RETIRED, NodeState.RECLAIMED}),
-    NodeState.ONLINE: frozenset({NodeState.OFFLINE, NodeState.DRAINING, NodeState.RECLAIMED, NodeState.RETIRED}),
-    NodeState.OFFLINE: frozenset({NodeState.ONLINE, NodeState.RECLAIMED, NodeState.RETIRED}),
-    NodeState.DRAINING: frozenset({NodeState.RECLAIMED, NodeState.RETIRED}),
-    NodeState.RECLAIMED: frozenset({NodeState.OFFLINE, NodeState.RETIRED}),
-    NodeState.RETIRED: frozenset(),
-}
-
-LENDABLE = frozenset({NodeState.ONLINE})
+# The states and their table live in portal.core.states (no model import, so the models can take them);
+# these names are the lifecycle's public ones.
+ALLOWED = NODE_ALLOWED
+LENDABLE = NODE_LENDABLE
 
 
 def _move(node: Node, target: str, **extra: Any) -> None:

@@ -7,9 +7,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from portal.core.lifecycle.jobs import JobState
 from portal.core.models.accounts import ResearchGroup
 from portal.core.models.nodes import Node
+from portal.core.states import JobState
 
 
 class PriorityClass(models.TextChoices):

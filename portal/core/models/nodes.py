@@ -8,9 +8,9 @@ import secrets
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from portal.core.lifecycle.nodes import NodeState
 from portal.core.models.accounts import Provider
 from portal.core.models.campus import Building, Link
+from portal.core.states import NodeState
 
 AGENT_TOKEN_PREFIX_LEN = 8
 
