@@ -235,7 +235,7 @@ def remove_clsact_if_ours(ipr: IPRoute, index: int) -> bool:
 
 
 def cleanup_stale(ipr: IPRoute, index: int) -> list[str]:
-    """Remove what an earlier agent left on this device (design §4: "everything it attaches it also removes").
+    """Remove what an earlier agent left on this device (the egress enforcement of design §4 "Enforcement").
 
     1. our HTB root (major RN) goes, with all its classes;
     2. our ``rn_*`` BPF filters go from both clsact hooks; clsact itself goes if nothing else uses it.

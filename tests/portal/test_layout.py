@@ -1,9 +1,9 @@
-"""The models and the lifecycle import each other one way only (issue 37, design §1's state machines).
+"""The models and the lifecycle import each other one way only (design §9.6 Lifecycles, §9.3).
 
 ``portal.core.states`` holds the job and node states and their transition tables and imports no model; the
 models take their choices from it and the lifecycle takes the models. Unlike ``test_import_graph`` this counts
 ``if TYPE_CHECKING:`` imports and the package ``__init__`` an import runs, since a reader (and a type checker)
-follows those arrows too: the knot issue 37 found was ten files tied by them.
+follows those arrows too: before ``portal.core.states`` they tied ten files into one circle.
 """
 
 from __future__ import annotations
