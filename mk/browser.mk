@@ -1,11 +1,12 @@
 # Browser assets and browser tests. Included by the main Makefile (-include mk/*.mk).
 #
-#   make frontend        rebuild frontend/static/ from the pinned npm packages and frontend/src/ (needs npm)
+#   make frontend        rebuild frontend/static/ from the pinned npm packages and syntax-check frontend/src/ (needs npm)
 #   make frontend-check  fail if the committed frontend/static/ differs from what the build gives
 #   make test-browser    Playwright + Debian chromium against daphne, PostgreSQL and Redis; its own pytest process
 #                        (STACK.md gotcha 4); last line: "browser: N passed, M screenshots in DIR"
 #
-# frontend/static/ is committed, so `make demo` and `make test` need no node at run time.
+# frontend/static/ (the vendored htmx and Chart.js) is committed, so `make demo` and `make test` need no node at run
+# time; our own scripts and styles are served from frontend/src/ as static reclaimnet/ (portal/settings.py).
 
 BROWSER_ARTIFACTS := test-artifacts
 BROWSER_SCREENSHOTS := $(BROWSER_ARTIFACTS)/screenshots

@@ -149,7 +149,11 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"] if (BASE_DIR / "frontend" / "static").exists() else []
+# frontend/static/ holds the vendored htmx and Chart.js (built by scripts/build_frontend.sh); our own scripts and
+# styles are served straight from frontend/src/ as reclaimnet/…, so the repository keeps one copy of them.
+_FRONTEND = BASE_DIR / "frontend"
+STATICFILES_DIRS = ([_FRONTEND / "static"] if (_FRONTEND / "static").exists() else []) + (
+    [("reclaimnet", _FRONTEND / "src")] if (_FRONTEND / "src").exists() else [])
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
