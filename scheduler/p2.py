@@ -144,7 +144,7 @@ def select_destination(req: P2Request) -> P2Decision:
     local_all = building == building[req.source]
     d_local = feasible & local_all
     # Lemma 3: D_ℓ if |D_ℓ| ≥ k_min, else D_c. An empty D_ℓ never wins (k_min = 0 would otherwise leave a job
-    # with no destination while D_c is not empty; design §3 answers "no destination" only for an empty D_c).
+    # with no destination while D_c is not empty; design §3's "No feasible node" applies only to an empty D_c).
     cand_mask = d_local if int(d_local.sum()) >= max(req.k_min, 1) else feasible
     cand = np.flatnonzero(cand_mask)
     # T̄_mig(d): mean T_mig(d, o) over compatible o (VRAM and capability only), o ≠ source, o ≠ d.
