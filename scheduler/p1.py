@@ -15,12 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 
 LOSS_BUDGET_MODES = ("expected", "bound")  # design §2 "Loss budget modes"; "expected" is Eq. 9
+# design §2 Eq. 9 "Hazard-aware overhead floor": "hazard" (the default) lowers the floor C/(βb) to Lemma 1's interval
+# where the hazard itself asks for more than β of the time writing; "eq9" is the paper's floor as printed
+OVERHEAD_FLOORS = ("hazard", "eq9")
 MIN_INTERVAL_S = 60.0  # Δ_min of design §2 (the portal: RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S)
 _LEVEL_BISECTIONS = 200  # halvings of log t; each group stops once its bracket is one float wide
 
 __all__ = [
     "LOSS_BUDGET_MODES",
     "MIN_INTERVAL_S",
+    "OVERHEAD_FLOORS",
     "P1Demand",
     "P1Jobs",
     "P1Plan",
@@ -28,6 +32,7 @@ __all__ = [
     "bound_mode_upper_s",
     "export_demand",
     "optimal_interval_s",
+    "overhead_floor_s",
     "plan_checkpoints",
 ]
 
@@ -115,6 +120,28 @@ def optimal_interval_s(
     b = np.asarray(bandwidth_bytes_per_s, dtype=float)
     with np.errstate(divide="ignore"):
         return np.sqrt(2.0 * c / (lam * b))
+
+
+def overhead_floor_s(
+    write_s: np.ndarray, free_interval_s: np.ndarray, beta: float, rule: str = "hazard"
+) -> np.ndarray:
+    """Eq. 9's overhead floor on Δ (design §2 "Hazard-aware overhead floor"), before Δ_min.
+
+    ``eq9``: the paper's C/(βb) = write_s/β, so no job spends more than β of its time writing. ``hazard``:
+    min(write_s/β, Lemma 1's interval). The floor binds against Lemma 1 exactly where Lemma 1's own overhead
+    sqrt(λs/2) exceeds β, i.e. where the hazard is so high that writing more often costs less than it saves
+    (λs > 2β²); there Eq. 9's floor only adds rollback (at the floor the cost is β + λs/(2β), above Lemma 1's
+    sqrt(2λs)). The hazard-aware floor keeps β's guard where it protects — against a loss budget that cannot be
+    met (the floor above 2·L_max while Lemma 1 is above the floor too: the job is not made to write more than β of
+    its time chasing a budget it cannot meet) and against over-writing at a low hazard — and steps aside where the
+    job's own hazard asks for Lemma 1's interval. Where Lemma 1 is above write_s/β both rules are the same."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eq9 = np.asarray(write_s, dtype=float) / beta
+    if rule == "eq9":
+        return eq9
+    if rule != "hazard":
+        raise ValueError(f"overhead_floor must be one of {OVERHEAD_FLOORS}, not {rule!r}")
+    return np.fmin(eq9, np.asarray(free_interval_s, dtype=float))  # fmin: a NaN Lemma 1 (λ = 0) bounds nothing
 
 
 def allocate_checkpoint_bandwidth(
@@ -250,6 +277,7 @@ def plan_checkpoints(
     group: np.ndarray | None = None,
     min_interval_s: float = MIN_INTERVAL_S,
     guaranteed_budget_bytes_per_s: float | np.ndarray | None = None,
+    overhead_floor: str = "hazard",
 ) -> P1Plan:
     """design §2: allocate (Theorem 1/Lemma 2, with the floor), clip the interval (Eq. 9 and the floor), decide
     the final checkpoint.
@@ -260,8 +288,9 @@ def plan_checkpoints(
     guaranteed budget, since research reclaims the borrowed part within a heartbeat and the promise "no
     interruption loses more than L_max" must hold then too (design §2 "Loss budget modes").
 
-    Eq. 9 with the floor Δ_min = `min_interval_s`: Δ_i = clip(sqrt(2C_i/(λ_i b_i)), max(C_i/(β b_i), Δ_min),
-    2·L_max,i); when the lower bound exceeds the upper the lower bound is used and the job is flagged
+    Eq. 9 with the floor Δ_min = `min_interval_s`: Δ_i = clip(sqrt(2C_i/(λ_i b_i)), max(F_i, Δ_min),
+    2·L_max,i) with the overhead floor F_i of `overhead_floor_s` (``overhead_floor``: "hazard", the default,
+    min(C_i/(β b_i), Lemma 1's interval); "eq9", the paper's C_i/(β b_i)); when the lower bound exceeds the upper the lower bound is used and the job is flagged
     `loss_budget_at_risk`. The shares b_i are the optimum of the problem with the floor (see
     `allocate_checkpoint_bandwidth`). A final checkpoint is emitted iff C_i/b_i + T_r,i <= τ_i (b_i should
     already be a lower-confidence bandwidth).
@@ -271,7 +300,7 @@ def plan_checkpoints(
                                       min_interval_s=min_interval_s)
     with np.errstate(divide="ignore", invalid="ignore"):
         free = optimal_interval_s(lam, c, b)
-        lower = np.maximum(c / (beta * b), min_interval_s)
+        lower = np.maximum(overhead_floor_s(c / b, free, beta, overhead_floor), min_interval_s)
         upper = 2.0 * jobs.loss_budget_s
         if jobs.loss_budget_mode is not None and np.any(np.asarray(jobs.loss_budget_mode, dtype=object) == "bound"):
             b_sure = b if guaranteed_budget_bytes_per_s is None else allocate_checkpoint_bandwidth(
@@ -283,7 +312,7 @@ def plan_checkpoints(
         per_job_cost = lam * interval / 2.0 + c / (b * interval)
         if jobs.stall_s is not None and np.any(np.isfinite(jobs.stall_s)):
             interval, at_risk, per_job_cost = _async_intervals(jobs, b, beta, min_interval_s, upper, interval,
-                                                               at_risk, per_job_cost)
+                                                               at_risk, per_job_cost, overhead_floor)
         cost = float(np.sum(per_job_cost)) if len(jobs.ids) else 0.0
     return P1Plan(
         ids=jobs.ids,
@@ -297,11 +326,12 @@ def plan_checkpoints(
 
 def _async_intervals(
     jobs: P1Jobs, b: np.ndarray, beta: float, min_interval_s: float, upper: np.ndarray, interval: np.ndarray,
-    at_risk: np.ndarray, per_job_cost: np.ndarray,
+    at_risk: np.ndarray, per_job_cost: np.ndarray, overhead_floor: str = "hazard",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """design §2 "Asynchronous snapshots": for the jobs with a finite stall s_i the checkpoint's cost to the job
     is s_i, not C_i/b_i (the write and the copy run while it trains), so L(Δ) = λΔ/2 + s/Δ and
-    Δ_i = clip(sqrt(2 s_i/λ_i), max(s_i/β, Δ_min, T_i), 2 L_max,i) with T_i = max(measured transfer, C_i/b_i):
+    Δ_i = clip(sqrt(2 s_i/λ_i), max(F_i, Δ_min, T_i), 2 L_max,i) with T_i = max(measured transfer, C_i/b_i) and
+    F_i the overhead floor of `overhead_floor_s` on the stall (s_i/β, or min(s_i/β, sqrt(2 s_i/λ_i)) by default):
     a snapshot is taken only once the previous one is off the node, so the interval is never shorter than the
     transfer. Budget at risk as in Eq. 9. The other jobs keep what the synchronous rule gave them."""
     stall = np.asarray(jobs.stall_s, dtype=float)
@@ -313,7 +343,8 @@ def _async_intervals(
         if jobs.transfer_s is not None:
             transfer = np.fmax(transfer, np.asarray(jobs.transfer_s, dtype=float))  # nan: not measured yet
         free = np.where(s > 0, np.sqrt(2.0 * s / lam), 0.0)  # a free snapshot: as often as the copy allows
-        lower = np.fmax(np.maximum(s / beta, min_interval_s), transfer)  # fmax: an unknown transfer bounds nothing
+        floor = overhead_floor_s(s, np.where(s > 0, free, np.nan), beta, overhead_floor)
+        lower = np.fmax(np.maximum(floor, min_interval_s), transfer)  # fmax: an unknown transfer bounds nothing
         risk = lower > upper
         chosen = np.where(risk, lower, np.fmin(np.fmax(free, lower), upper))
         cost = np.nan_to_num(lam * chosen / 2.0 + s / chosen, nan=0.0)  # λ = 0 and Δ = ∞: nothing lost

@@ -33,6 +33,9 @@ LOCAL_WRITE_BYTES_PER_S = 1e9  # local NVMe write speed W (no-migration checkpoi
 MIN_RATE_BYTES_PER_S = 1e5
 P1_BETA = 0.2  # design §2 Eq. 9 β
 P1_MIN_INTERVAL_S = MIN_INTERVAL_S  # design §2 Δ_min: the portal's default floor
+# static-budget is "Lemma 1 at trace-wide means, clipped by Eq. 9" (design §21.1): the paper's floor as printed,
+# not ReclaimNet's hazard-aware one (design §2 Eq. 9), so the rival stays what its name says
+P1_RIVAL_OVERHEAD_FLOOR = "eq9"
 
 
 class ControlMixin:
@@ -106,7 +109,8 @@ class ControlMixin:
                                 self.C[idx], loss_budget_s=self.Lmax[idx] * pol.loss_budget_scale,
                                 restart_s=self.Tr[idx])
             interval = plan_checkpoints(jobs, np.full(idx.size, self.mean_bw_bytes_per_s), beta=P1_BETA,
-                                        group=np.arange(idx.size), min_interval_s=P1_MIN_INTERVAL_S).interval_s
+                                        group=np.arange(idx.size), min_interval_s=P1_MIN_INTERVAL_S,
+                                        overhead_floor=P1_RIVAL_OVERHEAD_FLOOR).interval_s
         elif pol.interval == "truth":  # Lemma 1 at the true λ(t) and the true available bandwidth
             lam_t = self.lam_now if self.lam_true is not None else self.mean_hazard_per_s
             b_true = np.maximum(self.B - self.R, MIN_RATE_BYTES_PER_S)[self.access[nodes]]

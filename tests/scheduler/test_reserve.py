@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.p1 import P1Jobs, plan_checkpoints
+from scheduler.p1 import P1Jobs, optimal_interval_s, overhead_floor_s, plan_checkpoints
 from scheduler.reserve import (
     RESERVE_FRACTION,
     RESERVE_WINDOW_S,
@@ -113,8 +113,10 @@ def test_bound_never_plans_an_interval_that_can_lose_more_than_lmax(case: tuple[
     worst = plan.interval_s + transfer  # an emergency right before the next copy lands
     ok = ~plan.loss_budget_at_risk
     assert np.all(worst[ok] <= jobs.loss_budget_s[ok] * (1 + 1e-9))
-    # where it cannot be met, the interval is the floor and the job is flagged
-    lower = np.maximum(jobs.ckpt_bytes / (0.2 * b), floor)
+    # where it cannot be met, the interval is the floor (design §2 Eq. 9, the hazard-aware overhead floor) and the
+    # job is flagged
+    free = optimal_interval_s(jobs.hazard_per_s, jobs.ckpt_bytes, b)
+    lower = np.maximum(overhead_floor_s(jobs.ckpt_bytes / b, free, 0.2), floor)
     assert np.allclose(plan.interval_s[~ok], lower[~ok])
 
 

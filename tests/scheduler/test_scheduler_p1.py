@@ -138,8 +138,10 @@ def job_sets(draw: st.DrawFn) -> tuple[P1Jobs, float, float, float]:
 @SETTINGS
 @given(job_sets())
 def test_eq9_bounds_and_flags(case: tuple) -> None:
+    """The paper's Eq. 9 as printed (``overhead_floor="eq9"``); the default floor is pinned in
+    test_scheduler_p1_overhead_floor.py."""
     jobs, budget, beta, floor_s = case
-    plan = plan_checkpoints(jobs, budget, beta, min_interval_s=floor_s)
+    plan = plan_checkpoints(jobs, budget, beta, min_interval_s=floor_s, overhead_floor="eq9")
     b, c = plan.bandwidth_bytes_per_s, jobs.ckpt_bytes
     lower, upper = np.maximum(c / (beta * b), floor_s), 2 * jobs.loss_budget_s
     assert np.all(plan.interval_s >= lower * (1 - 1e-12))
