@@ -27,7 +27,7 @@ import numpy as np
 from scipy.special import gammaincinv, ndtri
 
 __all__ = ["NOTICE_EDGES_S", "PLAN_HAZARD_QUANTILE", "BandwidthEstimator", "HazardEstimator", "adaptivity_gap",
-           "short_notice_rate_per_s"]
+           "short_notice_rate_per_s", "shrinkage_weight", "shrunk_rate_per_s"]
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
@@ -290,12 +290,12 @@ class HazardEstimator:
         x_i = (exw * in_window).sum(axis=0)
         n_g = np.bincount(self.group, weights=n_i, minlength=n_g_)
         x_g = np.bincount(self.group, weights=x_i, minlength=n_g_)
-        theta_c = (n_g.sum() + m) / (x_g.sum() + m / self.prior_per_s)
-        theta_g = (n_g + m) / (x_g + m / theta_c)
+        theta_c = shrunk_rate_per_s(n_g.sum(), x_g.sum(), self.prior_per_s, m)
+        theta_g = shrunk_rate_per_s(n_g, x_g, theta_c, m)
         rate = x_i + m / theta_g[self.group]
         shape_post = n_i + m
         out = {
-            "level": shape_post / rate,
+            "level": shrunk_rate_per_s(n_i, x_i, theta_g[self.group], m),
             "post_shape": shape_post,
             "post_rate": rate,
             "shape": shape_g[self.group],  # (n, 24)
@@ -406,6 +406,15 @@ class HazardEstimator:
         shape = np.average(e["group_shape"], axis=0, weights=weights)
         return float((self._upper(t_s, "campus_upper") if upper else e["campus_level"])[0]) * shape
 
+    def hazard_evidence(self, t_s: float) -> dict[str, np.ndarray]:
+        """Per node, what its level λ̂ rests on (design §2 "Estimators", shown in P2's why text): the departures and
+        the shape-weighted lent exposure in its window, the group (building or provider) level it is shrunk toward,
+        and the weight its own evidence gets (`shrinkage_weight`; 1 − weight goes to the group's rate)."""
+        e = self._estimate(t_s)
+        prior = e["group_level"][self.group]
+        return {"events": e["events"], "exposure_s": e["exposure_s"], "prior_per_s": prior,
+                "level_per_s": e["level"], "weight": shrinkage_weight(e["exposure_s"], prior, self.prior_events)}
+
     def window_used_s(self, t_s: float) -> np.ndarray:
         """Per node, the window the level came from (shorter than window_s after a detected change)."""
         return self._estimate(t_s)["window_s"].copy()
@@ -484,6 +493,25 @@ class BandwidthEstimator:
     def lower_bytes_per_s(self) -> np.ndarray:
         """B⁻ = max(0, mean - z·sd) (design §2: lower confidence bound for deadline checks)."""
         return np.maximum(0.0, self._mean - self.z * np.sqrt(self._var))
+
+
+def shrunk_rate_per_s(events: np.ndarray | float, exposure_s: np.ndarray | float, prior_per_s: np.ndarray | float,
+                      prior_events: float = 2.0) -> np.ndarray:
+    """Gamma–Poisson posterior mean of a reclaim rate (design §2 "Estimators"): (k + a) / (T + a/λ₀), k departures
+    over exposure T, shrunk toward the parent's rate λ₀ (provider or building, then campus) with the evidence of a
+    pseudo-events. Equal to k/T as T grows (the evidence swamps the prior), to λ₀ with no exposure; a weighted mean
+    of the two, the weight on k/T being `shrinkage_weight`."""
+    k = np.asarray(events, dtype=float)
+    return (k + prior_events) / (np.asarray(exposure_s, dtype=float) + prior_events / np.asarray(prior_per_s,
+                                                                                                 dtype=float))
+
+
+def shrinkage_weight(exposure_s: np.ndarray | float, prior_per_s: np.ndarray | float,
+                     prior_events: float = 2.0) -> np.ndarray:
+    """The weight w = T / (T + a/λ₀) of a node's own rate k/T in `shrunk_rate_per_s` = w·k/T + (1 − w)·λ₀: 0 with no
+    lent exposure, → 1 once the exposure is many times the prior's pseudo-exposure a/λ₀."""
+    x = np.asarray(exposure_s, dtype=float)
+    return x / (x + prior_events / np.asarray(prior_per_s, dtype=float))
 
 
 def short_notice_rate_per_s(rates_per_s: np.ndarray, need_s: np.ndarray) -> np.ndarray:

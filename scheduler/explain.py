@@ -37,6 +37,7 @@ __all__ = [
     "WaitingReason",
     "Window",
     "classify",
+    "hazard_evidence_words",
     "human_bytes",
     "human_duration",
     "human_rate",
@@ -363,11 +364,12 @@ def _why_lost(c: Candidate, won: Candidate, *, ckpt_bytes: float | None, restart
 def placement_words(
     chosen: Candidate, runners_up: Sequence[Candidate] = (), *, ckpt_bytes: float | None = None,
     restart_s: float = 0.0, remaining_s: float = 0.0, excluded: Mapping[str, int] | None = None,
-    all_local: bool = False, max_runners_up: int = 3,
+    all_local: bool = False, max_runners_up: int = 3, hazard_evidence: str | None = None,
 ) -> str:
     """A P2 choice in words (design §3): the chosen node and its score terms, the runners-up (best first) and what
     each lost on — the copy (T_mig) or the chance of being reclaimed again (1 − S_d) — and why other nodes were not
-    candidates."""
+    candidates. ``hazard_evidence`` (`hazard_evidence_words` of the chosen node) follows the terms: what its reclaim
+    risk rests on and how far it was shrunk toward its provider's rate (design §2 "Estimators")."""
     compared = [chosen, *runners_up]
     terms: list[str] = []
     rate = _copy_rate(chosen, ckpt_bytes, restart_s)
@@ -385,6 +387,8 @@ def placement_words(
         terms.append(f"{label} {_risk(risk)} ({100 * chosen.survival:.0f} % chance it stays lent for the "
                      f"{human_duration(remaining_s)} left)")
     text = f"{chosen.name} was chosen" + (f": {', '.join(terms)}." if terms else ".")
+    if hazard_evidence:
+        text += f" {hazard_evidence}"
     if runners_up:
         shown = [f"{c.name} ({_why_lost(c, chosen, ckpt_bytes=ckpt_bytes, restart_s=restart_s, remaining_s=remaining_s)})"
                  for c in runners_up[:max_runners_up]]
@@ -406,6 +410,22 @@ def _excluded_words(excluded: Mapping[str, int]) -> list[tuple[int, str]]:
     """P2's exclusion counts, most first, each with its words."""
     return [(n, P2_EXCLUDED_WORDS.get(r, r)) for r, n in sorted(excluded.items(), key=lambda kv: (-kv[1], kv[0]))
             if n > 0]
+
+
+def hazard_evidence_words(events: float, exposure_s: float, prior_per_s: float, level_per_s: float, *,
+                          prior_name: str = "its provider") -> str:
+    """What a node's reclaim risk rests on (design §2 "Estimators", design §3's survival term): its departures over
+    its lent time, and how far the Gamma–Poisson shrinkage pulled it toward ``prior_name``'s rate
+    (`scheduler.estimators.shrinkage_weight`: the weight of the node's own rate)."""
+    from scheduler.estimators import shrinkage_weight  # pure; imported here to keep explain's imports light
+
+    k = round(events)
+    seen = f"{_plural(k, 'departure')} in {human_duration(exposure_s)} lent" if exposure_s > 0 else "no lent time yet"
+    own = float(shrinkage_weight(exposure_s, prior_per_s))
+    if own >= 0.95:
+        return f"Its reclaim risk {_risk(3600.0 * level_per_s)} rests on its own history ({seen})."
+    return (f"Its reclaim risk {_risk(3600.0 * level_per_s)} rests on {seen}, so it is {100 * (1 - own):.0f} % "
+            f"{prior_name}'s rate ({_per_hour(prior_per_s)}) and {100 * own:.0f} % its own.")
 
 
 def no_destination_words(excluded: Mapping[str, int] | None) -> str:
