@@ -22,7 +22,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--config", help="JSON config file (keys as in nodeagent.config.AgentConfig)")
     p.add_argument("--check-config", dest="check_config", metavar="FILE",
                    help="validate FILE (with the other options applied), print the result and exit 0 or 2")
-    p.add_argument("--portal", help="portal URL, e.g. ws://127.0.0.1:8000/ws/agent/ (http:// accepted)")
+    p.add_argument("--portal", action="append",
+                   help="portal URL, e.g. ws://127.0.0.1:8000/ws/agent/ (http:// accepted); repeat it to list "
+                        "several daphne processes, tried in turn (design §18)")
     p.add_argument("--token", help="the node's agent token (or token_file / RECLAIMNET_AGENT_TOKEN)")
     p.add_argument("--data-dir", dest="data_dir")
     p.add_argument("--data-host", dest="data_host")
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.check_config:
-        print(f"{args.check_config}: ok (portal {config.portal}, data_dir {config.data_dir}, "
+        print(f"{args.check_config}: ok (portal {', '.join(config.portal_urls)}, data_dir {config.data_dir}, "
               f"enforcement {config.enforcement})")
         return 0
     try:

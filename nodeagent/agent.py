@@ -42,7 +42,7 @@ from nodeagent.edge import Edge
 from nodeagent.ended import ended_runs, last_progress
 from nodeagent.inventory import GpuInfo, gpu_state_field, inventory, job_utilisation, utilisation_source
 from nodeagent.output import OutputShipper
-from nodeagent.results import ResultsUploader
+from nodeagent.results import ResultsUploader, http_base
 from nodeagent.runner import RunningJob, start_job
 from nodeagent.telemetry import EgressSampler, tx_total_bytes
 from nodeagent.transfer import (
@@ -73,6 +73,12 @@ RESTORE_FAILED = "restore checkpoint missing or corrupt"  # the reason the porta
 QUICK_RECONNECT_S = 15.0  # the first seconds of an outage (a portal restart): reconnect attempts stay quick
 QUICK_RECONNECT_MAX_S = 1.0  # ... at most this far apart (full jitter from reconnect_min_s)
 HEALTHY_SESSION_S = 5.0  # a session that lasted this long ended an outage: the next one starts quick again
+
+
+def next_portal_index(index: int, count: int) -> int:
+    """The portal address to try after the one at ``index`` failed or its session ended: the next in the
+    configured list, wrapping round (design §18: a portal of several daphne processes; one URL: always 0)."""
+    return (index + 1) % count if count > 0 else 0
 
 
 def reconnect_delay_s(outage_s: float, slow_attempts: int, min_s: float, max_s: float, rand: float) -> float:
@@ -159,6 +165,7 @@ class Agent:
         self.output = OutputShipper()  # the jobs' stdout+stderr, batched to the portal (design §9.11)
         # The jobs' output directories and final checkpoints, uploaded over HTTP in the background (design §14).
         self.results = ResultsUploader(self.data_dir, config.portal, config.token, faults=self.faults)
+        self.portal_index = 0  # into config.portal_urls: the address the next connection attempt uses
         # Confined jobs (design §19): cgroup backend and job users, decided once; a predecessor's leftovers go.
         self.confiner = Confiner.from_config(config, self.data_dir)
         if config.kill_jobs_on_agent_exit:
@@ -168,6 +175,11 @@ class Agent:
         if orphans:
             log.info("removed %d orphan checkpoint temporaries: %s", sum(map(len, orphans.values())),
                      sorted(orphans)[:10])
+
+    @property
+    def portal_url(self) -> str:
+        """The portal address the connect loop tries now (see :func:`next_portal_index`)."""
+        return self.config.portal_urls[self.portal_index % len(self.config.portal_urls)]
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -189,7 +201,7 @@ class Agent:
                 try:
                     await self._session()
                 except (TimeoutError, OSError, websockets.WebSocketException) as exc:
-                    log.info("portal connection ended: %s", exc)
+                    log.info("portal connection ended (%s): %s", self.portal_url, exc)
                 if self.auth_refused:
                     log.error("the portal refused this agent's token; not reconnecting")
                     return 3
@@ -201,6 +213,7 @@ class Agent:
                                             self.config.reconnect_max_s, random.random())
                 if outage_s >= QUICK_RECONNECT_S:
                     slow_attempts += 1
+                self.portal_index = next_portal_index(self.portal_index, len(self.config.portal_urls))
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), sleep_s)
         finally:
@@ -223,7 +236,7 @@ class Agent:
         """
         headers = {"Authorization": f"Bearer {self.config.token}"}
         try:
-            ws = await connect(self.config.portal, additional_headers=headers, open_timeout=5,
+            ws = await connect(self.portal_url, additional_headers=headers, open_timeout=5,
                                max_size=self.config.max_message_bytes * 16, ping_interval=20)
         except websockets.InvalidStatus as exc:
             if exc.response.status_code in (401, 403):
@@ -241,7 +254,8 @@ class Agent:
             self.heartbeat_interval_s = float(welcome.get("heartbeat_interval_s", self.heartbeat_interval_s))
             if bool(welcome.get("killswitch")) != self.killswitch:  # the portal's view wins after a reconnect
                 await self._cmd_killswitch({"engaged": bool(welcome.get("killswitch")), "stop_jobs": True})
-            log.info("connected as node %s", self.node_id)
+            self.results.base = http_base(self.portal_url)  # results go to the portal this agent reached
+            log.info("connected as node %s to %s", self.node_id, self.portal_url)
             self.flushing = True  # new reports queue behind the unanswered ones until those are sent again
             hb = asyncio.create_task(self._heartbeat_loop(ws))
             resender = asyncio.create_task(self._resend_loop(ws))

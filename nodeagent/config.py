@@ -26,7 +26,7 @@ class SimulatedGpu:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    portal: str  # ws(s):// URL of the agent endpoint, e.g. ws://127.0.0.1:8000/ws/agent/
+    portal: str  # ws(s):// URL of the agent endpoint, e.g. ws://127.0.0.1:8000/ws/agent/ (the first of portals)
     token: str
     data_dir: Path = Path("agent-data")
     data_host: str = "127.0.0.1"  # where the checkpoint server listens
@@ -55,6 +55,14 @@ class AgentConfig:
     memory_bytes_per_gpu: int | None = None  # a job's memory limit per GPU when its start names none
     cpu_cores_per_gpu: float | None = None  # a job's CPU quota (cores) per GPU when its start names none
     job_pids_max: int | None = 4096  # processes and threads per job
+    # Every portal address, in the order the connect loop tries them (design §18: several daphne processes);
+    # set from ``portal`` (one URL or a list), never a key of its own. Empty: just ``portal``.
+    portals: tuple[str, ...] = ()
+
+    @property
+    def portal_urls(self) -> tuple[str, ...]:
+        """The portal addresses to try in turn (at least ``portal``)."""
+        return self.portals or (self.portal,)
 
 
 CONFINEMENT_MODES = ("auto", "off", "cgroup_v1", "cgroup_v2")
@@ -62,6 +70,7 @@ ENFORCEMENT_MODES = ("auto", "off", "bpf_htb", "bpf_tokenbucket", "htb_u32", "no
 _SIM_FIELDS = {f.name for f in fields(SimulatedGpu)}
 # Keys a config file may hold besides AgentConfig's fields.
 EXTRA_KEYS = ("token_file",)
+DERIVED_KEYS = ("portals",)  # fields filled from another key (``portal``), not accepted on their own
 TOKEN_FILE_ENV = "RECLAIMNET_AGENT_TOKEN_FILE"  # set by the systemd unit's EnvironmentFile (design §18)
 _IFACE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")  # Linux IFNAMSIZ-1, no '/' or whitespace
 
@@ -112,6 +121,35 @@ def normalise_portal_url(url: str) -> str:
         raise ConfigError(f"portal: must not have a query or fragment, got {url!r}")
     path = parts.path if parts.path not in ("", "/") else "/ws/agent/"
     return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+MAX_PORTAL_URLS = 16
+
+
+def parse_portal_urls(value: Any) -> tuple[str, ...]:
+    """``portal``: one URL or a list of URLs (design §18: agents list every daphne of a portal of several
+    processes), each normalised by :func:`normalise_portal_url`; a mistake in a list names ``portal[i]``.
+    Duplicates (after normalising) are dropped, the first order kept."""
+    if isinstance(value, str):
+        return (normalise_portal_url(_string("portal", value)),)
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"portal: must be a URL or a list of URLs, got {type(value).__name__} {value!r}")
+    if not value:
+        raise ConfigError("portal: the list is empty (give at least one URL)")
+    if len(value) > MAX_PORTAL_URLS:
+        raise ConfigError(f"portal: at most {MAX_PORTAL_URLS} URLs, got {len(value)}")
+    out: list[str] = []
+    for i, item in enumerate(value):
+        key = f"portal[{i}]"
+        try:
+            url = normalise_portal_url(_string(key, item))
+        except ConfigError as exc:
+            message = str(exc)
+            raise ConfigError(key + message.removeprefix("portal") if message.startswith("portal:")
+                              else message) from exc
+        if url not in out:
+            out.append(url)
+    return tuple(out)
 
 
 def _number(key: str, value: Any, *, low: float, high: float, low_open: bool = True,
@@ -180,7 +218,7 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *,
     of range, a URL that is not ws(s)://, a token file others can read (refused with ``strict_token_file``,
     which the command line sets; else a warning). Design §1, §18."""
     values = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
-    known = {f.name for f in fields(AgentConfig)} | set(EXTRA_KEYS)
+    known = ({f.name for f in fields(AgentConfig)} - set(DERIVED_KEYS)) | set(EXTRA_KEYS)
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"unknown configuration keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -203,7 +241,8 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *,
     portal = values.pop("portal", None)
     if portal is None:
         raise ConfigError("portal: required (--portal URL or portal in the config)")
-    kwargs: dict[str, Any] = {"portal": normalise_portal_url(_string("portal", portal)), "token": token}
+    portals = parse_portal_urls(portal)
+    kwargs: dict[str, Any] = {"portal": portals[0], "portals": portals, "token": token}
 
     for key in ("data_dir", "base_dir"):
         if key in values:
