@@ -10,8 +10,9 @@
 
 Runs on its own database (``reclaimnet_bench``, recreated) and Redis database 4. The last line combines the
 end-to-end test outcomes (``reports/e2e_results.json``, written by tests/e2e) with these measurements:
-``e2e: scheduled PASS|FAIL, emergency PASS|FAIL, sigkill PASS|FAIL, control p99 X ms`` (X: the worst run's),
-after a line listing the three runs' p99.
+``e2e: scheduled PASS|FAIL, emergency PASS|FAIL, sigkill PASS|FAIL, control p99 X ms, multiportal PASS|FAIL``
+(X: the worst run's; multiportal: tests/e2e/test_multiportal.py, two daphnes and two workers, design §18), after
+a line listing the three runs' p99.
 """
 
 from __future__ import annotations
@@ -272,7 +273,9 @@ def summary_line(results_path: Path, downtime: dict[str, list[dict[str, float]]]
     scheduled = verdict(("scheduled", "short_notice", "corrupt"), "scheduled")
     emergency = verdict(("emergency",), "emergency")
     sigkill = verdict(("sigkill",), None)
-    line = f"e2e: scheduled {scheduled}, emergency {emergency}, sigkill {sigkill}, control p99 {p99_ms:.1f} ms"
+    multiportal = verdict(("multiportal",), None)
+    line = (f"e2e: scheduled {scheduled}, emergency {emergency}, sigkill {sigkill}, control p99 {p99_ms:.1f} ms, "
+            f"multiportal {multiportal}")
     return line, "FAIL" not in line
 
 

@@ -181,13 +181,16 @@ class Stack:
         queues = [q.name for q in getattr(settings, "CELERY_TASK_QUEUES", [])] or ["celery"]
         client.delete(*queues, "celery", "unacked", "unacked_index", "unacked_mutex")
 
-    def start_portal(self) -> Proc:
-        self.port = self.port or free_port()
+    def start_portal(self, name: str = "daphne", port: int | None = None) -> Proc:
+        """A daphne process (``name``, ``port``: a second one beside the first, as a portal of several processes
+        runs them, design §18; by default the stack's own port)."""
+        if port is None:
+            self.port = port = self.port or free_port()
         # As the README's production command: a listen backlog for bursts (Twisted's default is 50).
-        proc = self._spawn("daphne", [PY, "-m", "daphne", "-e",
-                                      f"tcp:port={self.port}:interface=127.0.0.1:backlog=1024",
-                                      "portal.asgi:application"])
-        wait_listening(proc, self.port, 30)
+        proc = self._spawn(name, [PY, "-m", "daphne", "-e",
+                                  f"tcp:port={port}:interface=127.0.0.1:backlog=1024",
+                                  "portal.asgi:application"])
+        wait_listening(proc, port, 30)
         return proc
 
     def start_worker(self, name: str = "celery", *, beat: bool = True, pool: str = "solo",
@@ -215,14 +218,17 @@ class Stack:
             raise RuntimeError(f"beat exited:\n{proc.tail()}")
         return proc
 
-    def start_agent(self, name: str, token: str, gpus: int = 2, via: CuttableLink | None = None) -> Proc:
-        """An agent (``via``: reaching the portal through that link, which a test can cut)."""
+    def start_agent(self, name: str, token: str, gpus: int = 2, via: CuttableLink | None = None,
+                    portals: list[str] | None = None) -> Proc:
+        """An agent (``via``: reaching the portal through that link, which a test can cut; ``portals``: every
+        daphne's address, tried in turn, design §18)."""
         data_dir = self.workdir / "agents" / name
         data_dir.mkdir(parents=True, exist_ok=True)
         self.procs.pop(f"agent-{name}", None)
         portal = f"ws://127.0.0.1:{via.port}/ws/agent/" if via is not None else self.portal_ws
+        portal_args = [arg for url in (portals or [portal]) for arg in ("--portal", url)]
         return self._spawn(f"agent-{name}", [  # the token goes in the environment, never on a command line
-            PY, "-m", "nodeagent", "--portal", portal, "--data-dir", str(data_dir),
+            PY, "-m", "nodeagent", *portal_args, "--data-dir", str(data_dir),
             "--simulate-gpus", str(gpus), "--base-dir", str(REPO),
         ], env={**self.env(), "RECLAIMNET_AGENT_TOKEN": token})
 
