@@ -4,10 +4,19 @@
 # shared 2-core machine (design §21.3).
 # `evaluate-quick` builds the same report small (both campuses, 2 seeds; under a minute); make test runs it through
 # tests/sim/test_evaluate_quick.py, which also checks the report's structure and its verdicts.
-.PHONY: evaluate evaluate-quick
+# `evaluate-families` runs every online policy on six trace families (design §21.5; scheduler/sim/families.py),
+# 8 seeds each, paired, over 2 processes, and writes a regret report per family to reports/families/ (gitignored);
+# its last line is `families: ...`. `evaluate-families-quick` is the same, tiny (6 nodes, 1 day, 2 seeds).
+.PHONY: evaluate evaluate-quick evaluate-families evaluate-families-quick
 
 evaluate: venv
 	$(PY) scripts/evaluate.py --out reports/evaluation
 
 evaluate-quick: venv
 	$(PY) scripts/evaluate.py --out reports/evaluation-quick --quick
+
+evaluate-families: venv
+	$(PY) scripts/evaluate_families.py --out reports/families --jobs 2
+
+evaluate-families-quick: venv
+	$(PY) scripts/evaluate_families.py --out reports/families-quick --jobs 2 --quick
