@@ -76,12 +76,24 @@ def multi(django_db_setup: Any, django_db_blocker: Any) -> Iterator[dict[str, An
             harness.wait_for(lambda: all(_held_by(st, n) for n in nodes), 30, what="every agent connected")
             yield {"stack": st, "nodes": nodes, "ports": ports, "workers": workers, "token": _provider_token()}
         finally:
+            _cancel_jobs_on_module_nodes()
             st.stop_all()
             restore_broker()
             if os.environ.get("RECLAIMNET_E2E_KEEP"):
                 print(f"e2e logs kept in {workdir}")
             else:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _cancel_jobs_on_module_nodes() -> None:
+    """Cancel the jobs still placed on this module's nodes: their agents stop with the module, and a later
+    module's tick would otherwise declare those nodes lost (a reclaim the later module did not cause)."""
+    from portal.core.models import Job
+    from portal.core.services.jobs import cancel_job
+
+    for job in Job.objects.filter(placements__node__name__startswith="mp-", placements__ended_at__isnull=True
+                                  ).distinct():
+        cancel_job(job, None)
 
 
 def _provider_token() -> str:

@@ -110,8 +110,10 @@ def test_a_daphne_restart_under_running_jobs_loses_no_node_and_moves_no_job(rest
         - (time.monotonic() - back_at)
     time.sleep(max(0.0, remaining_s))
 
-    lost = list(ReclaimEvent.objects.filter(pk__gt=reclaims_before, kind="heartbeat_lost").values_list(
-        "node__name", flat=True))
+    # This module's nodes only: an earlier module's stack (tests/e2e/test_multiportal.py) leaves its nodes
+    # online with their agents gone, and this worker's tick rightly declares those lost.
+    lost = list(ReclaimEvent.objects.filter(pk__gt=reclaims_before, kind="heartbeat_lost",
+                                            node__name__startswith="rs-").values_list("node__name", flat=True))
     assert lost == [], f"nodes declared lost by a portal restart: {lost}"
     assert Migration.objects.filter(job_id__in=jobs).count() == migrations_before
     assert Job.objects.filter(pk__in=jobs, state="running").count() == 3
