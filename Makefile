@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 PYTEST := $(VENV)/bin/pytest
 TEST_DATABASE_URL ?= postgres://reclaimnet@127.0.0.1:5432/reclaimnet
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# pytest-xdist workers for make test: a PostgreSQL test database and a Redis database each (tests/xdist_env.py);
+# the stack tests (e2e, net) run one at a time on one of them (tests/conftest.py).
+TEST_WORKERS ?= 3
 export RECLAIMNET_TESTING_ENV := DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) RECLAIMNET_TESTING=1
 
 .PHONY: help venv torch-deps services demo test test-unit lint lock clean
@@ -55,7 +58,8 @@ test: venv services
 	@if [ -x scripts/install_torch_deps.sh ]; then bash scripts/install_torch_deps.sh; fi
 	$(VENV)/bin/ruff check .
 	env $(RECLAIMNET_TESTING_ENV) $(PY) manage.py collectstatic --noinput -v 0
-	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser" --ignore=tests/browser --durations=30
+	env $(RECLAIMNET_TESTING_ENV) $(PYTEST) -q -m "not browser" --ignore=tests/browser --durations=30 \
+		-n $(TEST_WORKERS) --dist loadgroup
 	@if [ -d tests/browser ]; then $(MAKE) --no-print-directory test-browser; fi
 
 # Everything but the kernel, end-to-end and browser tests: a quick loop while editing.
