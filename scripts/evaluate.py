@@ -84,7 +84,8 @@ PAPER = {  # design §6 (the paper's numbers, not measured here)
 }
 # The headline (design §21): the paper's baselines on two campuses, >= 8 seeds for the headline policies, fewer for the rest
 HEADLINE_POLICIES = ("reclaimnet", "informed", "slurm-pr", "static-10min", "static-budget")
-OTHER_POLICIES = ("no-migration", "random-dst", "no-admission", "tv-fixed", "oracle", "static")
+OTHER_POLICIES = ("no-migration", "random-dst", "no-admission", "tv-fixed", "oracle", "static",
+                  "slurm-pr-paper", "static-10min-paper")  # the last two: the paper's way (design §21.1)
 HEADLINE_SEEDS, OTHER_SEEDS = 8, 4
 QUICK_HEADLINE_SEEDS, QUICK_OTHER_SEEDS = 2, 1
 PAPER_QUICK_DAYS = 2.0

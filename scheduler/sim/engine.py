@@ -114,6 +114,15 @@ class Simulator(ControlMixin, PlacementMixin):
         for i in range(self.n_nodes):
             same = np.flatnonzero(self.building == self.building[i])
             self.buddy[i] = same[(np.searchsorted(same, i) + 1) % len(same)]
+        # where each node's running jobs keep their durable checkpoint (Policy.checkpoint_store): the buddy, or
+        # for "shared" the first node of the next building, so that every restart crosses the campus core
+        if policy.checkpoint_store not in ("replica", "shared"):
+            raise ValueError(f"checkpoint_store must be 'replica' or 'shared', not {policy.checkpoint_store!r}")
+        self.store = self.buddy.copy()
+        n_buildings = int(self.building.max()) + 1 if self.n_nodes else 0
+        if policy.checkpoint_store == "shared" and n_buildings > 1:
+            first = [int(np.flatnonzero(self.building == b)[0]) for b in range(n_buildings)]
+            self.store = np.array([first[(int(self.building[i]) + 1) % n_buildings] for i in range(self.n_nodes)])
         self._paths: dict[tuple[int, int], np.ndarray] = {}
         self.n_epochs = int(np.ceil(trace.horizon_s / period_s))
         self.bw = self._sampled("bandwidth", lk["bytes_per_s"])
@@ -391,7 +400,7 @@ class Simulator(ControlMixin, PlacementMixin):
         if self.pol.ckpt_mode == "async":  # design §2 "Asynchronous snapshots": the job stalls for the copy only
             self.xfer[j] = self.s[j]
             self.s[j] *= self.pol.stall_fraction
-        self.holder[j] = self.buddy[n] if self.pol.migrate else n
+        self.holder[j] = self.store[n] if self.pol.migrate else n
         self._replan(t, np.array([j]))
 
     def _start_restart(self, j: int, n: int, t: float) -> None:
@@ -443,9 +452,10 @@ class Simulator(ControlMixin, PlacementMixin):
                 self._drain(j, t)
                 self._occupy(j, dst)
                 self._start_flow(j, n, dst, t, "planned", t + tau)
-            elif self._final_fits(j, n, tau, 0.0):
+            elif self.buddy[n] != n and self._final_fits(j, n, tau, 0.0):
                 # warn → drain → force (design §1) with no destination yet: the final checkpoint goes to the
-                # pre-sync replica and the job waits in the queue without losing work
+                # pre-sync replica and the job waits in the queue without losing work. A node alone in its
+                # building has no replica off itself (buddy[n] == n): it keeps running to the deadline.
                 self._drain(j, t)
                 self._start_flow(j, n, int(self.buddy[n]), t, "drain", t + tau)
                 self.node[j] = -1
@@ -527,7 +537,7 @@ class Simulator(ControlMixin, PlacementMixin):
             self.node[j] = n
             self.free[n] -= self.jg[j]
             return
-        holder = int(self.holder[j]) if self.holder[j] >= 0 else int(self.buddy[n])
+        holder = int(self.holder[j]) if self.holder[j] >= 0 else int(self.store[n])
         if pol.requeue_delay_s > 0:
             self._requeue(j, holder, t, pol.requeue_delay_s)
             return

@@ -160,8 +160,8 @@ def knobs(name: str, **overrides: Any) -> FamilyBase:
 
 def _base(k: FamilyBase, seed: int, gpu_choices: np.ndarray | None = None, n_jobs: int | None = None) -> Trace:
     """The design §6 campus (no departures) of about k.nodes nodes over k.days, jobs at k.load of its GPU-time.
-    Every building gets at least two nodes: a node alone in its building is its own pre-sync replica (design §2),
-    which the simulator's drain path does not handle."""
+    Every building gets at least two nodes, so every node has a pre-sync replica off itself (design §2; a node
+    alone in its building has none, and its jobs run on to the deadline instead of draining)."""
     scale = k.nodes / 54.0
     gpu_h = max(1.0, 88.0 * scale * k.days * 24.0 * k.load)
     cfg = GenConfig(days=k.days, seed=seed, node_scale=scale, n_jobs=n_jobs or max(8, round(gpu_h / 12.0)),

@@ -66,6 +66,11 @@ class Policy:
     # design §2 "Estimators": P1's hazard also counts scheduled reclaims whose notice is shorter than the job's final
     # checkpoint needs (C/b + T_r at the final-checkpoint test's rate); False = emergencies only (before)
     short_notice_hazard: bool = True
+    # where a checkpoint is durable (design §21.1 "The paper's way"): "replica" = the pre-sync replica on the next
+    # node of the job's building (design §2), what ReclaimNet and the same-machinery baselines use; "shared" = one
+    # shared store across the campus core, as Slurm with DMTCP checkpoints on shared storage: no pre-sync replica in
+    # the building, so every restart after a reclaim reads its checkpoint across the core
+    checkpoint_store: str = "replica"
 
 
 RECLAIMNET = Policy("reclaimnet")
@@ -97,6 +102,14 @@ _NAMED: dict[str, Policy] = {
     # the paper's B3 (design §21.1): a fixed 10-minute interval, no hazard or bandwidth adaptation, and the same
     # migration machinery as ReclaimNet (P2 destination, P3 traffic, final checkpoint): `fixed:600` by name
     "static-10min": Policy("static-10min", interval="fixed", fixed_interval_s=600.0),
+    # the paper's baselines as the paper ran them (design §21.1 "The paper's way"), beside the same-machinery rows
+    # above: Slurm preempt + requeue from the last checkpoint on shared storage (no pre-sync replica), DMTCP every
+    # 10 min, the notice ignored, requeued after 60 s on the first free node, no admission; and a fixed 10-min
+    # interval with no admission (TCP sharing with research), P2 and the final checkpoint kept
+    "slurm-pr-paper": Policy("slurm-pr-paper", interval="fixed", fixed_interval_s=600.0, bandwidth_split="equal",
+                             destination="first_fit", traffic="tcp", final_checkpoint=False, requeue_delay_s=60.0,
+                             checkpoint_store="shared"),
+    "static-10min-paper": Policy("static-10min-paper", interval="fixed", fixed_interval_s=600.0, traffic="tcp"),
     # not in design §7: ReclaimNet with the research reserve a fixed cap (no HTB borrowing, design §4.2): what
     # ReclaimNet did before the work-conserving reserve, kept to measure what borrowing buys
     "reclaimnet-fixed-reserve": Policy("reclaimnet-fixed-reserve", reserve_borrow=False),

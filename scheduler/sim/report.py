@@ -398,6 +398,11 @@ BASELINES: tuple[tuple[str, str, str], ...] = (
      "target"),
     ("B7", "tv-fixed", "Lemma 1 at trace-wide hour-of-day means (Theorem 2's state-independent policy), P2/P3 on, "
      "no loss budgets"),
+    ("paper", "slurm-pr-paper", "B1 the paper's way: Slurm preempt + requeue from the last checkpoint on shared "
+     "storage across the campus core (no pre-sync replica), 10-min checkpoints, the notice ignored, requeued after "
+     "60 s on the first free node, no admission (TCP)"),
+    ("paper", "static-10min-paper", "B3 the paper's way: fixed 10-min interval with no admission (TCP sharing with "
+     "research); P2 destination and the final checkpoint kept"),
     ("ref", "static", "Young/Daly (Lemma 1) at trace-wide mean λ and bandwidth, first fit, TCP, no budgets"),
     ("ref", "static-budget", "`static` clipped by Eq. 9 to the jobs' loss budgets (same P1 call), first fit, under the "
      "same research reserve as ReclaimNet (P3 traffic, calibrated reserve)"),

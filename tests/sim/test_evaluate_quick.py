@@ -46,6 +46,36 @@ def test_every_named_baseline_resolves_and_static_10min_is_fixed_600_with_reclai
     assert get_policy("slurm-pr").fixed_interval_s == 600.0 and not get_policy("slurm-pr").final_checkpoint
 
 
+def test_the_papers_way_rows_differ_from_the_ablations_only_where_the_paper_ran_them_differently() -> None:
+    """design §21.1 "The paper's way": slurm-pr-paper is slurm-pr without the pre-sync replica (a shared store
+    across the core); static-10min-paper is static-10min without admission."""
+    slurm, slurm_paper = get_policy("slurm-pr"), get_policy("slurm-pr-paper")
+    assert replace(slurm_paper, name="x", checkpoint_store="replica") == replace(slurm, name="x")
+    assert slurm_paper.checkpoint_store == "shared" and slurm_paper.traffic == "tcp"
+    static, static_paper = get_policy("static-10min"), get_policy("static-10min-paper")
+    assert replace(static_paper, name="x", traffic="p3") == replace(static, name="x")
+
+
+def test_a_shared_store_puts_every_restart_across_the_core() -> None:
+    from scheduler.sim.engine import Simulator
+    from tests.sim.helpers import star_campus
+
+    rows = star_campus(4, 1.25e8, buildings=2)  # b0: n0, n2; b1: n1, n3
+    rows["jobs"] = [{"id": "j0", "submit_s": 0, "gpus": 1, "vram_gb": 0, "min_capability": 0, "work_s": 1e4,
+                     "ckpt_bytes": 1e9, "restart_s": 0, "loss_budget_s": 1e9}]
+    rows["reclaims"] = [{"node": "n0", "t_s": 1e9, "notice_s": 0}]
+    from scheduler.sim.trace import from_rows
+
+    tr = from_rows(rows, 2e4)
+    replica = Simulator(tr, get_policy("slurm-pr")).store.tolist()
+    shared = Simulator(tr, get_policy("slurm-pr-paper")).store.tolist()
+    building = [int(n[1:]) % 2 for n in tr.tables["nodes"]["id"]]
+    assert all(building[replica[i]] == building[i] for i in range(4))
+    assert all(building[shared[i]] != building[i] for i in range(4))
+    with pytest.raises(ValueError, match="checkpoint_store"):
+        Simulator(tr, replace(get_policy("slurm-pr"), checkpoint_store="nfs"))
+
+
 # ---- budget violations --------------------------------------------------------------------------------------------
 
 def _one_emergency(budget_s: float):
