@@ -19,7 +19,7 @@ from portal.web.views.common import submit_once
 from portal.whatif import services
 from portal.whatif.models import Evaluation, EvaluationState, TraceSource
 from portal.whatif.upload import UploadError
-from scheduler.sim.whatif import pareto_svg, to_csv
+from scheduler.sim.whatif import TIE_PCT, pareto_svg, simpler_wins, to_csv
 
 FORM_FIELDS = ("source", "days", "policies", "seeds", "trace")
 
@@ -97,6 +97,9 @@ def detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
             "group_classes": [c for c in report.get("classes", []) if c["kind"] == "group"],
             "ckpt_classes": [c for c in report.get("classes", []) if c["kind"] == "checkpoint"],
             "trace": report.get("trace", {}),
+            "simpler_wins": simpler_wins(report),  # computed here too, so reports stored before it have it
+            "has_reclaimnet": any(r.get("policy") == "reclaimnet" for r in report.get("table", [])),
+            "tie_pct": TIE_PCT,
             # built from the report's numbers, every name escaped (scheduler.sim.whatif.pareto_svg)
             "pareto_svg": mark_safe(pareto_svg(report)),
         })

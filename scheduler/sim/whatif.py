@@ -2,7 +2,9 @@
 
 `compare` runs each (policy, seed) with the engine and `scheduler.sim.metrics.summarise` — the numbers
 ``python -m scheduler.sim`` prints — and adds the mean per policy over the seeds, the loss per class of job
-(research group, checkpoint size) and the Pareto front of work lost against research-traffic degradation.
+(research group, checkpoint size), the Pareto front of work lost against research-traffic degradation and,
+where a simpler policy lost less than ReclaimNet, which one, by how much and which setting would close the gap
+(`simpler_wins`, design §7.1 "When ReclaimNet would lose").
 `to_csv` and `pareto_svg` render a report (the portal's what-if page and its downloads); nothing here needs
 Django. ``progress(fraction, label)`` is called as the runs advance (after every control period of each run and
 after each run) and only observes: the report is the same with or without it.
@@ -82,6 +84,67 @@ def _front(points: list[tuple[float, float]]) -> list[bool]:
     return [not any((a <= x and b <= y) and (a < x or b < y) for a, b in points) for x, y in points]
 
 
+# design §7.1 "When ReclaimNet would lose": a rival within TIE_PCT of ReclaimNet's work lost is a tie
+TIE_PCT = 0.5
+
+
+def _rival_decision(policy: str) -> tuple[str, str]:
+    """What `policy` decides differently from ReclaimNet, and the setting that moves ReclaimNet toward it."""
+    if policy.startswith("fixed:") or policy in ("static-10min", "static-10min-paper"):
+        interval_s = float(policy.split(":", 1)[1]) if policy.startswith("fixed:") else 600.0
+        return ("the checkpoint interval (P1)",
+                f"the interval floor: RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S = {interval_s:.0f} (today's floor is "
+                f"60 s), so no job checkpoints more often than the constant interval that lost less")
+    if policy in ("static", "tv-fixed"):
+        return ("the checkpoint interval (P1), planned without loss budgets",
+                "the loss-budget mode: 'expected' (not 'bound'), or larger loss budgets for the jobs whose "
+                "budgets shorten their intervals")
+    if policy == "static-budget":
+        return ("the checkpoint interval (P1): static-budget plans every job at the trace's mean hazard, where "
+                "ReclaimNet plans at each node's estimate",
+                "the interval floor (RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S) raised toward the intervals the "
+                "trace-wide mean gives, or the paper's overhead floor (P1 overhead_floor='eq9')")
+    if policy in ("no-admission", "slurm-pr", "slurm-pr-paper", "reclaimnet-beta", "reclaimnet-fixed-reserve",
+                  "reclaimnet-reserve"):
+        return ("the research reserve and admitted rates (P3)",
+                "the research reserve: lower it per link (dashboard 'Research reserve per link', or PATCH "
+                "/api/campus/links/{id}/reserve/) where research leaves it idle")
+    if policy == "reclaimnet-strict":
+        return ("the loss-budget mode", "the loss-budget mode 'bound' (every emergency within budget)")
+    if policy == "random-dst":
+        return ("the destination (P2)",
+                "no setting closes this one: P2 ranked destinations worse than chance on this trace; keep the "
+                "report and tell the ReclaimNet maintainers (design §21.5)")
+    return ("its decisions", "compare the two policies' rows above")
+
+
+def simpler_wins(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """design §7.1 "When ReclaimNet would lose": every policy of `report` whose mean work lost is more than
+    TIE_PCT below `reclaimnet`'s, best first, each with the decision it makes differently and the setting that
+    would close the gap, in plain words. Empty when `reclaimnet` is not in the report or nothing beats it."""
+    table = {r["policy"]: r for r in report.get("table", [])}
+    ours = table.get("reclaimnet")
+    if ours is None:
+        return []
+    out = []
+    for name, row in table.items():
+        if name in ("reclaimnet", "oracle", "informed"):  # hindsight is no rival
+            continue
+        theirs, mine = float(row["work_lost_gpu_h"]), float(ours["work_lost_gpu_h"])
+        if theirs <= 0 or mine <= theirs * (1.0 + TIE_PCT / 100.0):
+            continue
+        decision, setting = _rival_decision(name)
+        pct = 100.0 * (mine / theirs - 1.0)
+        out.append({
+            "policy": name, "work_lost_gpu_h": round(theirs, 4), "reclaimnet_work_lost_gpu_h": round(mine, 4),
+            "margin_pct": round(pct, 1), "decision": decision, "setting": setting,
+            "words": (f"On this trace {name} loses less work than ReclaimNet: {theirs:.2f} against {mine:.2f} GPU-h "
+                      f"(ReclaimNet {pct:.1f}% more). The difference is {decision}. The setting that would close "
+                      f"the gap: {setting}."),
+        })
+    return sorted(out, key=lambda w: w["work_lost_gpu_h"])
+
+
 def compare(trace: Trace, policies: Sequence[str], seeds: Sequence[int] = (0,),
             progress: ProgressFn | None = None) -> dict[str, Any]:
     """Run every policy with every seed on ``trace``; the JSON-ready report (see the module docstring)."""
@@ -122,12 +185,14 @@ def compare(trace: Trace, policies: Sequence[str], seeds: Sequence[int] = (0,),
     front = _front([(r["traffic_degradation"], r["work_lost_gpu_h"]) for r in table])
     pareto = [{"policy": r["policy"], "traffic_degradation": r["traffic_degradation"],
                "work_lost_gpu_h": r["work_lost_gpu_h"], "on_front": f} for r, f in zip(table, front, strict=True)]
-    return {
+    report: dict[str, Any] = {
         "trace": {"horizon_s": trace.horizon_s, **{t: trace.n(t) for t in ("nodes", "links", "jobs", "reclaims",
                                                                             "bandwidth", "research")}},
         "policies": names, "seeds": seed_list, "table": table, "runs": runs, "classes": class_rows,
         "pareto": pareto,
     }
+    report["simpler_wins"] = simpler_wins(report)
+    return report
 
 
 def to_csv(report: dict[str, Any], table: str = "table") -> str:

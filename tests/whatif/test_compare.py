@@ -62,3 +62,35 @@ def test_check_choice_names_the_field(policies: list[str], seeds: list, field: s
 def test_check_choice_accepts_the_simulators_names() -> None:
     assert check_choice(["reclaimnet", "fixed:300", "abl-101", "static+fair", "static"], [3, 3, 0]) == (
         ["reclaimnet", "fixed:300", "abl-101", "static+fair", "static"], [3, 0])
+
+
+def _table(**work_lost_gpu_h: float) -> dict:
+    return {"table": [{"policy": name.replace("_", "-").replace("fixed-", "fixed:"), "work_lost_gpu_h": v}
+                      for name, v in work_lost_gpu_h.items()]}
+
+
+def test_simpler_wins_names_each_rival_that_lost_less_and_the_setting_that_would_close_the_gap() -> None:
+    from scheduler.sim.whatif import simpler_wins
+
+    report = _table(reclaimnet=10.0, fixed_900=9.0, random_dst=9.5, static=10.04, oracle=5.0, no_admission=12.0)
+    wins = simpler_wins(report)
+    assert [w["policy"] for w in wins] == ["fixed:900", "random-dst"]  # best first; a 0.4% gap is a tie
+    first = wins[0]
+    assert first["margin_pct"] == pytest.approx(11.1)
+    assert "fixed:900 loses less work than ReclaimNet" in first["words"]
+    assert "RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S = 900" in first["setting"]
+    assert "destination (P2)" in wins[1]["decision"]
+
+
+def test_simpler_wins_is_empty_without_reclaimnet_or_when_it_loses_least() -> None:
+    from scheduler.sim.whatif import simpler_wins
+
+    assert simpler_wins(_table(static=1.0, fixed_600=2.0)) == []
+    assert simpler_wins(_table(reclaimnet=1.0, static=1.2, informed=0.5)) == []
+
+
+def test_compare_carries_the_simpler_wins_of_its_own_table() -> None:
+    from scheduler.sim.whatif import simpler_wins
+
+    report = compare(generate(TINY), ["reclaimnet", "fixed:60", "static"])
+    assert report["simpler_wins"] == simpler_wins(report)

@@ -225,3 +225,21 @@ def test_a_stale_running_evaluation_is_marked_failed(users: dict[str, Any]) -> N
     assert services.expire_stale() == 1
     ev.refresh_from_db()
     assert ev.state == "failed" and "no progress" in ev.error
+
+
+def test_the_report_page_says_in_words_which_simpler_policy_lost_less(users: dict[str, Any]) -> None:
+    """design §7.1 "When ReclaimNet would lose": the page names the policy and the setting."""
+    table = [{"policy": "reclaimnet", "runs": 1, "work_lost_gpu_h": 12.0},
+             {"policy": "static-10min", "runs": 1, "work_lost_gpu_h": 10.0}]
+    ev = Evaluation.objects.create(source="history", history_days=1, policies=["reclaimnet", "static-10min"],
+                                   seeds=[0], state="done", report={"table": table, "pareto": [], "classes": []})
+    page = Client()
+    page.force_login(users["admin"])
+    html = page.get(f"/whatif/{ev.pk}/").content.decode()
+    assert 'data-testid="whatif-simpler-wins"' in html
+    assert "static-10min loses less work than ReclaimNet: 10.00 against 12.00 GPU-h" in html
+    assert "RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S = 600" in html
+    table[1]["work_lost_gpu_h"] = 13.0
+    Evaluation.objects.filter(pk=ev.pk).update(report={"table": table, "pareto": [], "classes": []})
+    html = page.get(f"/whatif/{ev.pk}/").content.decode()
+    assert 'data-testid="whatif-simpler-wins"' not in html and "no policy in this report lost less" in html
