@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/evaluate_families.py [--out reports/families] [--jobs 2] [--seeds 8] [--quick]
         [--families drift,correlated] [--extra-policies NAME,...] [--no-regret] [--knob FAMILY.KNOB=VALUE ...]
+        [--hindsight]
 
 Prints one line per family (each rival's margin), then as its last line
     families: F families x S seeds, reclaimnet at or below every rival on K, worst margin M% (family X), vs random-dst D%, vs best fixed interval P%
@@ -92,10 +93,18 @@ def _trace(family: str, seed: int, knobs: tuple) -> Trace:
     return _TRACES[key]
 
 
-def _run(task: tuple[str, int, tuple, str]) -> tuple[str, int, str, dict[str, Any]]:
-    family, seed, knobs, policy = task
+# The calibration trace of seed s is the same family and knobs at seed s + CALIBRATION_SEED_OFFSET: the campus's
+# previous period. Every policy reads its trace-wide hazard means from it (static, static-budget's and tv-fixed's
+# intervals, ReclaimNet's prior), never from the evaluated trace, whose hour-of-day counts over a few days would
+# tell a "static" rival when this trace's reclaims come (design §21.5 "No rival reads the future").
+CALIBRATION_SEED_OFFSET = 1000
+
+
+def _run(task: tuple[str, int, tuple, str, bool]) -> tuple[str, int, str, dict[str, Any]]:
+    family, seed, knobs, policy, hindsight = task
     tr = _trace(family, seed, knobs)
-    s = summarise(Simulator(tr, resolve(policy), seed=0).run(), tr.horizon_s)
+    calibration = None if hindsight else _trace(family, seed + CALIBRATION_SEED_OFFSET, knobs)
+    s = summarise(Simulator(tr, resolve(policy), seed=0, calibration=calibration).run(), tr.horizon_s)
     return family, seed, policy, {k: s[k] for k in KEYS}
 
 
@@ -181,7 +190,8 @@ def _words(r: dict[str, Any]) -> str:
 
 def _write(out: Path, fam_names: list[str], seeds: list[int], policies: list[str],
            results: dict[tuple[str, int, str], dict[str, Any]], margins: dict[str, dict[str, float]],
-           regrets: dict[str, list[dict[str, Any]]], knobs: dict[str, tuple], lines: list[str], wall_s: float) -> None:
+           regrets: dict[str, list[dict[str, Any]]], knobs: dict[str, tuple], lines: list[str], wall_s: float,
+           hindsight: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with (out / "runs.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -194,8 +204,12 @@ def _write(out: Path, fam_names: list[str], seeds: list[int], policies: list[str
             w = csv.DictWriter(fh, fieldnames=list(allrows[0]))
             w.writeheader()
             w.writerows(allrows)
+    means_from = ("the evaluated trace itself (--hindsight)" if hindsight else
+                  f"each seed's calibration trace (seed + {CALIBRATION_SEED_OFFSET}, the campus's previous period)")
     index = ["# Trace families (design §21.5)", "", f"{len(fam_names)} families x {len(seeds)} seeds "
-             f"(seeds {seeds[0]}–{seeds[-1]}), {len(policies)} policies, {wall_s:.0f} s wall.", "", "```", *lines, "```", ""]
+             f"(seeds {seeds[0]}–{seeds[-1]}), {len(policies)} policies, {wall_s:.0f} s wall. Trace-wide hazard "
+             f"means (static, static-budget, tv-fixed, ReclaimNet's prior) from {means_from}.", "", "```", *lines,
+             "```", ""]
     for f in fam_names:
         means = {p: float(np.mean([results[(f, s, p)]["work_lost_gpu_h"] for s in seeds])) for p in policies
                  if all((f, s, p) in results for s in seeds)}
@@ -250,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra-policies", default="", help="more policies to run and compare (comma separated)")
     ap.add_argument("--no-regret", action="store_true", help="skip the single-decision swaps")
     ap.add_argument("--knob", action="append", default=[], help="FAMILY.KNOB=VALUE (repeatable)")
+    ap.add_argument("--hindsight", action="store_true",
+                    help="trace-wide hazard means from the evaluated trace itself, not its calibration trace")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     fam_names = [f for f in args.families.split(",") if f]
@@ -265,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         policies += [pol for _, _, _, pol in SWAPS if pol != "best-fixed" and pol not in policies]
     for p in policies:
         resolve(p)  # fail before any run
-    tasks = [(f, s, knobs[f], p) for f in fam_names for s in seeds for p in policies]
+    tasks = [(f, s, knobs[f], p, args.hindsight) for f in fam_names for s in seeds for p in policies]
     results: dict[tuple[str, int, str], dict[str, Any]] = {}
     if args.jobs <= 1:
         outs = map(_run, tasks)
@@ -292,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                      + (" [at or below all]" if at_or_below else ""))
     lines.append(verdict_line(margins, len(seeds)))
     _write(Path(args.out), fam_names, seeds, policies, results, margins, regrets, knobs, lines,
-           time.perf_counter() - t0)
+           time.perf_counter() - t0, hindsight=args.hindsight)
     for f in fam_names:
         for r in regrets[f]:
             if r["diff_gpu_h"] < 0:

@@ -93,8 +93,9 @@ class Simulator(ControlMixin, PlacementMixin):
     """One policy on one trace. `run()` returns a SimResult."""
 
     def __init__(self, trace: Trace, policy: Policy, seed: int = 0, period_s: float = 600.0,
-                 hazard_estimator: object | None = None) -> None:
+                 hazard_estimator: object | None = None, calibration: Trace | None = None) -> None:
         self.tr, self.pol, self.period_s = trace, policy, period_s
+        self.calibration = calibration  # where the trace-wide hazard means are read from (_trace_means)
         self.rng = np.random.default_rng(seed)
         nd = trace.tables["nodes"]
         self.node_ids = tuple(str(x) for x in nd["id"])
@@ -201,18 +202,38 @@ class Simulator(ControlMixin, PlacementMixin):
             self.profile = self.hz.hourly_profile_per_s(self.t_epoch)
         return self.profile
 
-    def _trace_means(self) -> None:
-        """Trace-wide means for `static` and hour-of-day means for `tv` (the evaluated policies)."""
-        em = self.rc_notice == 0
-        away = np.minimum(np.nan_to_num(self.rc_ret, nan=self.tr.horizon_s), self.tr.horizon_s)
-        away = away - np.minimum(self.rc_dead, self.tr.horizon_s)
-        lent_s = max(self.n_nodes * self.tr.horizon_s - float(np.sum(away)), 1.0)
-        self.mean_hazard_per_s = max(float(np.sum(em)) / lent_s, 1e-9)
+    def _hazard_means(self, trace: Trace) -> tuple[float, float, np.ndarray]:
+        """From `trace`'s reclaims: the trace-wide emergency hazard per lent node (`static`), the estimator's
+        prior (the first week's rate) and the hour-of-day hazard (`tv`), per second."""
+        rc = trace.tables["reclaims"]
+        rc_t, notice = rc["t_s"].astype(float), rc["notice_s"].astype(float)
+        horizon_s, n_nodes = trace.horizon_s, len(trace.tables["nodes"]["id"])
+        em = notice == 0
+        away = np.minimum(np.nan_to_num(rc["return_s"].astype(float), nan=horizon_s), horizon_s)
+        away = away - np.minimum(rc_t + notice, horizon_s)
+        lent_s = max(n_nodes * horizon_s - float(np.sum(away)), 1.0)
+        mean_hazard_per_s = max(float(np.sum(em)) / lent_s, 1e-9)
         # The estimator's prior: the emergency rate of a first "calibration week" (what a campus knows
         # from its logs before switching ReclaimNet on); the default 1/h is far above this campus.
+        week = min(7 * 86400.0, horizon_s)
+        n_week = float(np.sum(em & (rc_t < week)))
+        prior_hazard_per_s = max((n_week + 1.0) / (lent_s * week / horizon_s), 1e-8)
+        n_epochs = int(np.ceil(horizon_s / self.period_s))
+        hours = ((np.arange(n_epochs) * self.period_s / 3600.0) % 24).astype(int)
+        ev_h = ((rc_t[em] / 3600.0) % 24).astype(int)
+        exp_h = np.bincount(hours, minlength=24) * self.period_s * n_nodes * lent_s / (n_nodes * horizon_s)
+        cnt_h = np.bincount(ev_h, minlength=24)
+        tv_hazard = np.maximum((cnt_h + 0.5) / np.maximum(exp_h, 1.0), 1e-9)
+        return mean_hazard_per_s, prior_hazard_per_s, tv_hazard
+
+    def _trace_means(self) -> None:
+        """Trace-wide means for `static` and hour-of-day means for `tv` (the evaluated policies). The hazard's come
+        from the calibration trace where one is given (design §21.5: the campus's previous period, so no policy
+        reads the evaluated trace's future), else from the evaluated trace itself (hindsight)."""
+        self.mean_hazard_per_s, self.prior_hazard_per_s, self.tv_hazard = self._hazard_means(
+            self.calibration if self.calibration is not None else self.tr)
+        self.hazard_means_from = "calibration" if self.calibration is not None else "evaluated trace"
         week = min(7 * 86400.0, self.tr.horizon_s)
-        n_week = float(np.sum(em & (self.rc_t < week)))
-        self.prior_hazard_per_s = max((n_week + 1.0) / (lent_s * week / self.tr.horizon_s), 1e-8)
         resid = np.maximum(self.bw - self.res, MIN_RATE_BYTES_PER_S)[self.access]
         self.mean_bw_bytes_per_s = float(np.mean(resid))
         # P3's research reserve per link, as a share of the link (design §4.1): β everywhere, or sized once from the
@@ -229,11 +250,6 @@ class Simulator(ControlMixin, PlacementMixin):
             self.research_share = np.clip(self.res / np.maximum(self.bw, MIN_RATE_BYTES_PER_S), 0.0, 1.0)
         self.reserve_fraction_sum, self.epoch_count = 0.0, 0
         hours = ((np.arange(self.n_epochs) * self.period_s / 3600.0) % 24).astype(int)
-        ev_h = ((self.rc_t[em] / 3600.0) % 24).astype(int)
-        exp_h = np.bincount(hours, minlength=24) * self.period_s * self.n_nodes * lent_s / (
-            self.n_nodes * self.tr.horizon_s)
-        cnt_h = np.bincount(ev_h, minlength=24)
-        self.tv_hazard = np.maximum((cnt_h + 0.5) / np.maximum(exp_h, 1.0), 1e-9)
         self.tv_bw = np.array([float(np.mean(resid[:, hours == h])) if np.any(hours == h)
                                else self.mean_bw_bytes_per_s for h in range(24)])
 

@@ -151,3 +151,31 @@ def test_margins_and_the_verdict_line_count_a_tie_within_half_a_percent() -> Non
     assert "vs random-dst +0.3%" in line
     line = ev.verdict_line({"a": {"random-dst": 0.6}, "b": {"random-dst": -3.0}}, 8)
     assert "on 1," in line and "(family a)" in line
+
+
+def test_the_trace_wide_means_come_from_the_calibration_trace_when_one_is_given() -> None:
+    """design §21.5 "No rival reads the future": static's, static-budget's and tv-fixed's hazard means (and
+    ReclaimNet's prior) are read from the campus's previous period, not from the trace being evaluated."""
+    from scheduler.sim.engine import Simulator
+
+    evaluated = fam.build("correlated", 1, **SMALL)
+    calibration = fam.build("correlated", 1001, **SMALL)
+    own = Simulator(evaluated, get_policy("tv-fixed"))
+    honest = Simulator(evaluated, get_policy("tv-fixed"), calibration=calibration)
+    reference = Simulator(calibration, get_policy("tv-fixed"))
+    assert own.hazard_means_from == "evaluated trace" and honest.hazard_means_from == "calibration"
+    assert honest.mean_hazard_per_s == reference.mean_hazard_per_s != own.mean_hazard_per_s
+    assert honest.prior_hazard_per_s == reference.prior_hazard_per_s
+    assert honest.tv_hazard.tolist() == reference.tv_hazard.tolist() != own.tv_hazard.tolist()
+    assert honest.tv_bw.tolist() == own.tv_bw.tolist()  # bandwidth is measured online: the evaluated trace's
+
+
+def test_evaluate_families_quick_prints_the_verdict_line_and_a_regret_report(tmp_path: Path) -> None:
+    ev = _evaluate_families()
+    assert ev.main(["--out", str(tmp_path), "--quick", "--jobs", "1", "--seeds", "1",
+                    "--families", "drift,correlated"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "calibration trace (seed + 1000" in report
+    assert (tmp_path / "drift.md").read_text().startswith("# Family drift: regret report")
+    lines = [ln for ln in report.splitlines() if ln.startswith("families: ")]
+    assert len(lines) == 1 and lines[0].startswith("families: 2 families x 1 seeds, reclaimnet at or below every")
