@@ -179,3 +179,10 @@ def test_evaluate_families_quick_prints_the_verdict_line_and_a_regret_report(tmp
     assert (tmp_path / "drift.md").read_text().startswith("# Family drift: regret report")
     lines = [ln for ln in report.splitlines() if ln.startswith("families: ")]
     assert len(lines) == 1 and lines[0].startswith("families: 2 families x 1 seeds, reclaimnet at or below every")
+
+
+def test_a_rival_that_takes_the_links_from_research_is_not_counted_at_equal_constraints() -> None:
+    ev = _evaluate_families()
+    degradation = {"reclaimnet": 0.1, "static": 40.0, "random-dst": 0.2, "tv-fixed": 3.1, "no-admission": 3.2}
+    held = ev.equal_constraints(degradation, ("static", "random-dst", "tv-fixed", "no-admission"))
+    assert held == ("random-dst", "tv-fixed")
