@@ -23,7 +23,7 @@ import numpy as np
 
 from scheduler.sim.engine import SimResult, simulate
 from scheduler.sim.metrics import summarise
-from scheduler.sim.policies import get_policy
+from scheduler.sim.policies import RECLAIMNET, get_policy
 from scheduler.sim.trace import Trace, TraceError
 
 # the per-policy table: the design §7 numbers and the two parts of work lost (means over the seeds)
@@ -89,31 +89,34 @@ TIE_PCT = 0.5
 
 
 def _rival_decision(policy: str) -> tuple[str, str]:
-    """What `policy` decides differently from ReclaimNet, and the setting that moves ReclaimNet toward it."""
-    if policy.startswith("fixed:") or policy in ("static-10min", "static-10min-paper"):
-        interval_s = float(policy.split(":", 1)[1]) if policy.startswith("fixed:") else 600.0
+    """What `policy` decides differently from ReclaimNet, and the setting that moves ReclaimNet toward it, read
+    from the policy's own switches (`scheduler.sim.policies.Policy`), so ablations and new names are covered too.
+    Taking research's share (TCP, or a reserve of another kind) is named first: on every trace family that is the
+    larger of a TCP policy's differences (design §21.5)."""
+    pol = get_policy(policy)
+    if pol.traffic == "tcp" or pol.reserve != RECLAIMNET.reserve or not pol.reserve_borrow \
+            or pol.reserve_quantile is not None:
+        return ("the research reserve and admitted rates (P3)",
+                "the research reserve: lower it per link (dashboard 'Research reserve per link', or PATCH "
+                "/api/campus/links/{id}/reserve/) where research leaves it idle")
+    if pol.interval == "fixed":
         return ("the checkpoint interval (P1)",
-                f"the interval floor: RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S = {interval_s:.0f} (today's floor is "
-                f"60 s), so no job checkpoints more often than the constant interval that lost less")
-    if policy in ("static", "tv-fixed"):
+                f"the interval floor: RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S = {pol.fixed_interval_s:.0f} (today's "
+                f"floor is 60 s), so no job checkpoints more often than the constant interval that lost less")
+    if pol.interval in ("static", "tv"):
         return ("the checkpoint interval (P1), planned without loss budgets",
                 "the loss-budget mode: 'expected' (not 'bound'), or larger loss budgets for the jobs whose "
                 "budgets shorten their intervals")
-    if policy == "static-budget":
+    if pol.interval == "static-budget":
         return ("the checkpoint interval (P1): static-budget plans every job at the trace's mean hazard, where "
                 "ReclaimNet plans at each node's estimate",
                 "the interval floor (RECLAIMNET_MIN_CHECKPOINT_INTERVAL_S) raised toward the intervals the "
                 "trace-wide mean gives, or the paper's overhead floor (P1 overhead_floor='eq9')")
-    if policy in ("no-admission", "slurm-pr", "slurm-pr-paper", "reclaimnet-beta", "reclaimnet-fixed-reserve",
-                  "reclaimnet-reserve"):
-        return ("the research reserve and admitted rates (P3)",
-                "the research reserve: lower it per link (dashboard 'Research reserve per link', or PATCH "
-                "/api/campus/links/{id}/reserve/) where research leaves it idle")
-    if policy == "reclaimnet-strict":
+    if pol.loss_budget_scale != RECLAIMNET.loss_budget_scale:
         return ("the loss-budget mode", "the loss-budget mode 'bound' (every emergency within budget)")
-    if policy == "random-dst":
+    if pol.destination != RECLAIMNET.destination:
         return ("the destination (P2)",
-                "no setting closes this one: P2 ranked destinations worse than chance on this trace; keep the "
+                "no setting closes this one: P2 ranked destinations worse than this rule on this trace; keep the "
                 "report and tell the ReclaimNet maintainers (design §21.5)")
     return ("its decisions", "compare the two policies' rows above")
 

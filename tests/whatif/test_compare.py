@@ -94,3 +94,13 @@ def test_compare_carries_the_simpler_wins_of_its_own_table() -> None:
 
     report = compare(generate(TINY), ["reclaimnet", "fixed:60", "static"])
     assert report["simpler_wins"] == simpler_wins(report)
+
+
+def test_the_decision_named_is_read_from_the_policys_switches() -> None:
+    """Two policies with the same switches get the same words whatever their names; an ablation is covered."""
+    from scheduler.sim.whatif import _rival_decision
+
+    assert _rival_decision("slurm-pr-paper")[0] == _rival_decision("static-10min-paper")[0] == \
+        _rival_decision("no-admission")[0]  # fixed interval on TCP: research's share is the larger difference
+    assert _rival_decision("abl-101")[0] == _rival_decision("random-dst")[0] == "the destination (P2)"
+    assert "= 1200" in _rival_decision("fixed:1200")[1]
