@@ -35,6 +35,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
 from nodeagent import jobkit
+from nodeagent.agent_checkpoints import CheckpointCommands
 from nodeagent.classbytes import ClassBytes
 from nodeagent.config import AgentConfig
 from nodeagent.confine import Confiner
@@ -45,15 +46,7 @@ from nodeagent.output import OutputShipper
 from nodeagent.results import ResultsUploader, http_base
 from nodeagent.runner import RunningJob, start_job
 from nodeagent.telemetry import EgressSampler, tx_total_bytes
-from nodeagent.transfer import (
-    Expected,
-    Faults,
-    Receiver,
-    SendControl,
-    send_checkpoint,
-    store_dir,
-    token_hash,
-)
+from nodeagent.transfer import Faults, Receiver, SendControl, store_dir
 
 MAX_REPORTED_SECONDS = 7 * 86400.0  # the portal refuses a checkpoint_done with a longer stall_s or write_s
 MAX_PAUSES = 16  # a job_exited's ``paused`` lists a run's newest pauses, at most this many (the portal refuses more)
@@ -115,7 +108,7 @@ def held_checkpoints(data_dir: Path) -> dict[str, dict[int, jobkit.Manifest]]:
     return out
 
 
-class Agent:
+class Agent(CheckpointCommands):
     """One node's agent. :meth:`run` loops forever: connect, serve the session, back off, reconnect."""
 
     def __init__(self, config: AgentConfig) -> None:
@@ -694,43 +687,6 @@ class Agent:
         if run is not None and msg.get("interval_s"):
             run.set_interval(float(msg["interval_s"]))
 
-    async def _cmd_expect_checkpoint(self, msg: dict[str, Any]) -> None:
-        self.receiver.expect(Expected(
-            transfer_id=str(msg["transfer_id"]), token_hash=token_hash(str(msg["token"])),
-            job_id=str(msg["job_id"]), sequence=int(msg["sequence"]), sha256=str(msg["sha256"]),
-            size_bytes=int(msg["size_bytes"]), expires_at=time.time() + float(msg.get("expires_in_s", 600)),
-        ))
-
-    async def _cmd_send_checkpoint(self, msg: dict[str, Any]) -> None:
-        self._spawn(self._send_checkpoint(msg))
-
-    async def _send_checkpoint(self, msg: dict[str, Any]) -> None:
-        job_id, sequence = str(msg["job_id"]), int(msg["sequence"])
-        try:
-            ckpt = store_dir(self.data_dir, job_id)
-        except ValueError as exc:  # runs as its own task: report the failure, never leave it unobserved
-            log.warning("send_checkpoint refused: %s", exc)
-            ckpt = None
-        manifest = next((m for m in jobkit.list_manifests(ckpt) if m.sequence == sequence), None) if ckpt else None
-        if manifest is None or ckpt is None or (ckpt / manifest.file).is_symlink():
-            await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": False,
-                             "attempts": 0, "elapsed_s": 0.0, "errors": ["checkpoint not on this node"]})
-            return
-        tid = str(msg["transfer_id"])
-        flow_class = str(msg.get("flow_class", "migration"))
-        control = self.sending.setdefault(tid, SendControl(msg.get("rate_bytes_per_s"), flow_class))
-        try:
-            result = await send_checkpoint(
-                host=str(msg["dest_host"]), port=int(msg["dest_port"]), transfer_id=tid,
-                token=str(msg["token"]), ckpt_path=ckpt / manifest.file,
-                manifest=json.loads(manifest.to_json()), rate_bytes_per_s=control.rate_bytes_per_s,
-                flow_class=flow_class, edge=self.edge, faults=self.faults, control=control,
-            )
-        finally:
-            self.sending.pop(tid, None)
-        await self.send({"type": "transfer_sent", "transfer_id": msg["transfer_id"], "ok": result.ok,
-                         "attempts": result.attempts, "elapsed_s": result.elapsed_s, "errors": result.errors[-5:]})
-
     async def _cmd_set_reserve(self, msg: dict[str, Any]) -> None:
         """The portal's calibrated (or overridden) research reserve for this node's link (design §4)."""
         share = msg.get("reserve_share")
@@ -738,33 +694,6 @@ class Agent:
             log.info("set_reserve ignored: reserve_share %r is not in [0, 1]", share)
             return
         self.edge.set_reserve_share(float(share))
-
-    async def _cmd_set_rate(self, msg: dict[str, Any]) -> None:
-        """P3 re-planned a transfer this node is sending (design §4): apply the new rate to it in place."""
-        control = self.sending.get(str(msg.get("transfer_id")))
-        rate = msg.get("rate_bytes_per_s")
-        if control is None or not isinstance(rate, int | float) or isinstance(rate, bool) or not rate > 0:
-            log.info("set_rate for %s ignored (not sending it, or no valid rate)", msg.get("transfer_id"))
-            return
-        control.set_rate(self.edge, float(rate))
-
-    async def _on_received(self, transfer_id: str, manifest: dict[str, Any]) -> None:
-        with contextlib.suppress(KeyError, TypeError, ValueError):
-            self.held.setdefault(str(manifest["job_id"]), {})[int(manifest["sequence"])] = str(manifest["sha256"])
-        await self.send({"type": "transfer_received", "transfer_id": transfer_id, "sha256": manifest["sha256"],
-                         "size_bytes": int(manifest["size_bytes"])})
-
-    async def _on_rejected(self, transfer_id: str, reason: str) -> None:
-        await self.send({"type": "transfer_rejected", "transfer_id": transfer_id, "reason": reason})
-
-    async def _cmd_drop_checkpoints(self, msg: dict[str, Any]) -> None:
-        """The portal no longer needs replicas of a job below ``keep_from`` (pre-sync garbage collection)."""
-        ckpt = store_dir(self.data_dir, str(msg["job_id"]))
-        for m in jobkit.list_manifests(ckpt):
-            if m.sequence < int(msg.get("keep_from", 0)) and str(msg["job_id"]) not in self.jobs:
-                jobkit.remove_checkpoint(ckpt, m.sequence)
-        jobkit.remove_orphan_temporaries(ckpt)  # a dead writer's leftovers go with the pruned checkpoints
-        await self.sync_held()
 
     async def _cmd_reclaim_notice(self, msg: dict[str, Any]) -> None:
         """Warn → drain → force (design §1): whatever the portal manages, force at the deadline locally."""
