@@ -48,3 +48,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         suffixed = item.__dict__.get("_nodeid")
         if isinstance(suffixed, str) and suffixed != item.nodeid:
             item._id = coerce_node_id(suffixed)
+
+
+def use_own_test_database(label: str) -> None:
+    """Name the Django test database ``test_<configured name>_<label>``, plus ``_<worker>`` under pytest-xdist
+    (for a suite's ``django_db_modify_db_settings`` fixture: such an override replaces pytest-django's, which is
+    the one that adds the worker suffix, so without it two workers would create the same database)."""
+    from django.conf import settings
+
+    base = settings.DATABASES["default"].get("NAME") or "reclaimnet"
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    name = f"test_{base}_{label}" + (f"_{worker}" if worker else "")
+    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = name

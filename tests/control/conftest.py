@@ -17,10 +17,9 @@ import pytest
 def django_db_modify_db_settings() -> None:
     """Our own test database name, derived from the configured one: other suites (and other checkouts' runs of
     this one, the e2e suite's ``test_reclaimnet_e2e``) may be using the same server."""
-    from django.conf import settings
+    from tests.xdist_env import use_own_test_database
 
-    base = settings.DATABASES["default"].get("NAME") or "reclaimnet"
-    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{base}_control"
+    use_own_test_database("control")
 
 
 @pytest.fixture(autouse=True)

@@ -44,10 +44,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def django_db_modify_db_settings() -> None:
     """Our own test database, named after the configured one (as tests/control/conftest.py does): other suites
     and parallel runs on the same server (each with its own DATABASE_URL) do not share it."""
-    from django.conf import settings
+    from tests.xdist_env import use_own_test_database
 
-    base = settings.DATABASES["default"].get("NAME") or "reclaimnet"
-    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{base}_e2e"
+    use_own_test_database("e2e")
 
 
 def _services_available() -> str | None:

@@ -15,10 +15,9 @@ import pytest
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings() -> None:
     """Our own test database name (other suites may use the same server)."""
-    from django.conf import settings
+    from tests.xdist_env import use_own_test_database
 
-    base = settings.DATABASES["default"].get("NAME") or "reclaimnet"
-    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{base}_loans"
+    use_own_test_database("loans")
 
 
 @pytest.fixture(autouse=True)

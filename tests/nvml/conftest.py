@@ -12,10 +12,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings() -> None:
-    from django.conf import settings
+    from tests.xdist_env import use_own_test_database
 
-    base = settings.DATABASES["default"].get("NAME") or "reclaimnet"
-    settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = f"test_{base}_nvml"
+    use_own_test_database("nvml")
 
 
 @pytest.fixture
