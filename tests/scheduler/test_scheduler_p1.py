@@ -50,10 +50,23 @@ def scipy_optimum(lam: np.ndarray, c: np.ndarray, budget: float, cap: np.ndarray
             constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1.0, "jac": lambda x: np.ones_like(x)}],
             options={"ftol": 1e-16, "maxiter": 1000},
         )
-        x = np.clip(res.x, 1e-12, upper)
-        x_feasible = x / x.sum()  # exact Σ b = total; moves the objective by ~1e-12 at most
+        x_feasible = _feasible(np.clip(res.x, 1e-12, upper), upper)
         best = min(best, float(np.sum(k / np.sqrt(x_feasible * total))))
     return best
+
+
+def _feasible(x: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """SLSQP's point made exactly feasible (Σ x = 1, x <= upper) without leaving the caps: an excess is taken off
+    in proportion, a deficit is handed to the coordinates with room in proportion to their room. (Dividing by
+    Σ x instead pushed capped coordinates over their cap, and the infeasible point cost less than the optimum:
+    4.5e-8 below it on a drawn instance, 2026-12-07.)"""
+    total = float(x.sum())
+    if total >= 1.0:
+        return x / total
+    room = upper - x
+    if float(room.sum()) <= 0.0:  # every coordinate at its cap, whose sum is 1 to rounding: nothing to hand out
+        return x / total
+    return x + room * (1.0 - total) / float(room.sum())
 
 
 @SETTINGS
@@ -86,11 +99,11 @@ def test_allocation_objective_matches_scipy(inst: tuple) -> None:
     lam, c, budget, cap = inst
     ours = aggregate_cost(lam, c, allocate_checkpoint_bandwidth(lam, c, budget, cap))
     best = scipy_optimum(lam, c, budget, cap)
-    # Ours is never worse than scipy's optimum by more than 1e-8 (relative: the multiplier's bisection ends at
-    # floating-point resolution; a drawn instance measured 1.4e-9); where SLSQP stops a hair short of the
-    # optimum, ours is the lower one, so the two-sided check is looser.
+    # Ours is never worse than scipy's feasible point by more than 1e-8 (relative: the multiplier's bisection ends
+    # at floating-point resolution; a drawn instance measured 1.4e-9). Where SLSQP stops short of the optimum,
+    # ours is the lower one: scipy's point is within 1e-6 of it (1.0e-7 seen on a drawn instance).
     assert ours <= best * (1 + 1e-8)
-    assert abs(ours - best) / best <= 1e-7
+    assert best <= ours * (1 + 1e-6)
 
 
 @SETTINGS
