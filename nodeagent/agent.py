@@ -288,10 +288,11 @@ class Agent(CheckpointCommands):
         }
 
     def _gpu_state(self) -> dict[str, Any]:
-        """``{"gpu_state": …}``: each GPU's MIG layout and the processes on it that are none of the jobs' (their
-        PIDs are the runner's session leaders; design §1 "Owner activity and MIG"), or {} with no probe."""
+        """``{"gpu_state": …}``: each GPU's MIG layout and the processes on it that are none of the jobs' (the
+        members of each job's cgroup, and its session leader with what descends from it; design §1 "Owner
+        activity and MIG"), or {} with no probe."""
         try:
-            return gpu_state_field(self.gpus, {r.proc.pid for r in self.jobs.values()})
+            return gpu_state_field(self.gpus, {pid for r in self.jobs.values() for pid in r.member_pids()})
         except Exception:  # a failing probe must never cost the hello or the heartbeat that carries it
             log.exception("GPU state probe failed; reporting none")
             return {}

@@ -124,6 +124,17 @@ class RunningJob:
             return dict(json.loads(jobkit.read_small(self.result_file, MAX_RESULT_BYTES)))
         return {}
 
+    def member_pids(self) -> set[int]:
+        """Every process that is this job's: its session leader, and with a cgroup every process in it (design
+        §1 "Owner activity and MIG": a daemonised GPU process that left the session and the process tree is
+        still in the job's cgroup, so it is the job's use, not the owner's)."""
+        pids = {self.proc.pid}
+        cgroup = self.confinement.cgroup if self.confinement is not None else None
+        if cgroup is not None:
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(cgroup.pids())
+        return pids
+
     def signal(self, signum: int) -> None:
         """Signal the job's process group; SIGKILL kills its whole cgroup and SIGSTOP/SIGCONT reach every process
         in it (a fork that left the group with ``setsid`` included, design §19)."""

@@ -299,3 +299,47 @@ async def test_a_fenced_job_is_paused_with_the_forks_that_left_its_group(space: 
     assert _state(pid) in ("S", "R")
     await agent._cmd_stop_job({"type": "stop_job", "job_id": 71, "reason": "cancelled"})
     await _exited(agent, 71)
+
+
+@pytest.mark.asyncio
+async def test_a_daemonised_gpu_process_of_a_job_is_the_jobs_not_the_owners(space: Path, monkeypatch: Any) -> None:
+    """Owner use goes by cgroup membership (design §1 "Owner activity and MIG"): a job's process that double-forked
+    away from its session and process tree (re-parented to init) still counts as the job's use of the GPU; a
+    process outside every job's cgroup is the owner's."""
+    import subprocess
+
+    from nodeagent import inventory as inv
+
+    agent = _agent(space, job_user="nobody")
+    command = script(space, "daemon.py",
+                     "import os, pathlib, time\n"
+                     "work = pathlib.Path(os.environ['RECLAIMNET_WORK_DIR'])\n"
+                     "if os.fork() == 0:\n"
+                     "    os.setsid()\n"
+                     "    if os.fork() == 0:\n"
+                     "        time.sleep(0.5)  # its parent has exited: it belongs to init now\n"
+                     "        (work / 'daemon').write_text(str(os.getpid()))\n"
+                     "        time.sleep(60)\n"
+                     "    os._exit(0)\n"
+                     "time.sleep(60)\n")
+    lab = subprocess.Popen(["sleep", "60"])  # the provider's own process on the GPU
+    try:
+        run = await _start(agent, 51, command)
+        daemon = int(await _wait_for(space / "data" / "jobs" / "51" / "work" / "daemon"))
+        assert inv.owned_by_jobs(daemon, {run.proc.pid}) is False  # the process tree alone calls it the owner's
+        recording = space / "gpus.json"
+        recording.write_text(json.dumps({"devices": [{
+            "index": 0, "uuid": "GPU-cgroup-test", "name": "recorded", "memory_total_bytes": 1 << 34,
+            "mig_mode": None, "utilisation_pct": 90,
+            "processes": [{"pid": daemon, "used_memory_bytes": 3 << 30}, {"pid": lab.pid, "used_memory_bytes": 1 << 30}],
+        }]}))
+        monkeypatch.setenv(inv.RECORDING_ENV, str(recording))
+        monkeypatch.setattr(inv, "_probes", {})
+        agent.gpus = inv.simulated_inventory(agent.config.simulate_gpus, "cgtest")
+        state = agent._gpu_state()["gpu_state"][0]
+        assert state["foreign_processes"] == {"count": 1, "memory_bytes": 1 << 30, "pids": [lab.pid]}
+        await agent._cmd_stop_job({"type": "stop_job", "job_id": 51, "reason": "cancelled"})
+        await _exited(agent, 51)
+    finally:
+        lab.kill()
+        lab.wait()
