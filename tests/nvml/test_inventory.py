@@ -190,7 +190,7 @@ def test_the_agents_gpu_state_is_what_the_portal_accepts(monkeypatch: pytest.Mon
         path.write_text(json.dumps(record))
         monkeypatch.setenv(RECORDING_ENV, str(path))
         gpus = simulated_inventory((SimulatedGpu("RTX 3090", 24.0, 8.6),) * 2, "nvml01")
-        agent = SimpleNamespace(gpus=gpus, jobs={"7": SimpleNamespace(proc=SimpleNamespace(pid=p.job))})
+        agent = SimpleNamespace(gpus=gpus, jobs={"7": SimpleNamespace(proc=SimpleNamespace(pid=p.job), member_pids=lambda: {p.job})})
         state = Agent._gpu_state(agent)  # type: ignore[arg-type]
     heartbeat = {"type": "heartbeat", "seq": 1, "gpu_util": [90.0, 0.0], "egress": {}, "jobs": [], **state}
     assert validate(heartbeat) == "heartbeat"
