@@ -292,7 +292,7 @@ class Agent(CheckpointCommands):
         members of each job's cgroup, and its session leader with what descends from it; design §1 "Owner
         activity and MIG"), or {} with no probe."""
         try:
-            return gpu_state_field(self.gpus, {pid for r in self.jobs.values() for pid in r.member_pids()})
+            return gpu_state_field(self.gpus, lambda: {pid for r in self.jobs.values() for pid in r.member_pids()})
         except Exception:  # a failing probe must never cost the hello or the heartbeat that carries it
             log.exception("GPU state probe failed; reporting none")
             return {}

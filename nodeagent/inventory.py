@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -411,9 +411,10 @@ def gpu_probe(gpus: list[GpuInfo]) -> GpuProbe | None:
 _probes: dict[tuple[str, ...], GpuProbe | None] = {}
 
 
-def gpu_state_field(gpus: list[GpuInfo], job_pids: set[int]) -> dict[str, Any]:
+def gpu_state_field(gpus: list[GpuInfo], job_pids: Callable[[], set[int]]) -> dict[str, Any]:
     """``{"gpu_state": [...]}`` for a hello or heartbeat (design §1 "Owner activity and MIG"), or ``{}`` when
-    there is no probe for these GPUs or it failed. The probe is chosen once per inventory."""
+    there is no probe for these GPUs or it failed. The probe is chosen once per inventory; ``job_pids`` (it reads
+    the jobs' cgroups) is asked only when there is one."""
     key = tuple(g.uuid for g in gpus)
     if key not in _probes:
         _probes[key] = gpu_probe(gpus)
@@ -421,7 +422,7 @@ def gpu_state_field(gpus: list[GpuInfo], job_pids: set[int]) -> dict[str, Any]:
     if probe is None:
         return {}
     try:
-        return {"gpu_state": [a.as_dict() for a in gpu_activity(probe, job_pids)]}
+        return {"gpu_state": [a.as_dict() for a in gpu_activity(probe, job_pids())]}
     except Exception as exc:  # a probe must never cost the agent its heartbeat
         log.warning("GPU activity probe failed: %s", exc)
         return {}

@@ -316,8 +316,10 @@ async def test_a_daemonised_gpu_process_of_a_job_is_the_jobs_not_the_owners(spac
                      "work = pathlib.Path(os.environ['RECLAIMNET_WORK_DIR'])\n"
                      "if os.fork() == 0:\n"
                      "    os.setsid()\n"
+                     "    parent = os.getpid()\n"
                      "    if os.fork() == 0:\n"
-                     "        time.sleep(0.5)  # its parent has exited: it belongs to init now\n"
+                     "        while os.getppid() == parent:  # until its parent has exited and init adopted it\n"
+                     "            time.sleep(0.01)\n"
                      "        (work / 'daemon').write_text(str(os.getpid()))\n"
                      "        time.sleep(60)\n"
                      "    os._exit(0)\n"
@@ -331,7 +333,8 @@ async def test_a_daemonised_gpu_process_of_a_job_is_the_jobs_not_the_owners(spac
         recording.write_text(json.dumps({"devices": [{
             "index": 0, "uuid": "GPU-cgroup-test", "name": "recorded", "memory_total_bytes": 1 << 34,
             "mig_mode": None, "utilisation_pct": 90,
-            "processes": [{"pid": daemon, "used_memory_bytes": 3 << 30}, {"pid": lab.pid, "used_memory_bytes": 1 << 30}],
+            "processes": [{"pid": daemon, "used_memory_bytes": 3 << 30},
+                          {"pid": lab.pid, "used_memory_bytes": 1 << 30}],
         }]}))
         monkeypatch.setenv(inv.RECORDING_ENV, str(recording))
         monkeypatch.setattr(inv, "_probes", {})

@@ -140,12 +140,16 @@ def test_the_nvml_probe_answers_as_the_recording_does(name: str) -> None:
 def test_simulated_gpus_report_a_recording_only_when_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     gpus = simulated_inventory((SimulatedGpu("RTX 3090", 24.0, 8.6),) * 2, "abc123")
     monkeypatch.delenv(RECORDING_ENV, raising=False)
-    assert gpu_state_field(gpus, set()) == {}
+
+    def never() -> set[int]:
+        raise AssertionError("the jobs' cgroups were read for GPUs that report no activity")
+
+    assert gpu_state_field(gpus, never) == {}  # no probe: no cgroup read on every heartbeat either
     path = tmp_path / "rec.json"
     path.write_text((HERE / "rtx3090_owner.json").read_text())
     monkeypatch.setenv(RECORDING_ENV, str(path))
     other = simulated_inventory((SimulatedGpu("RTX 3090", 24.0, 8.6),) * 2, "def456")  # a new inventory: new probe
-    state = gpu_state_field(other, set())["gpu_state"]
+    state = gpu_state_field(other, set)["gpu_state"]
     assert [g["index"] for g in state] == [0, 1] and all(g["mig_mode"] == "" for g in state)
 
 
@@ -190,7 +194,7 @@ def test_the_agents_gpu_state_is_what_the_portal_accepts(monkeypatch: pytest.Mon
         path.write_text(json.dumps(record))
         monkeypatch.setenv(RECORDING_ENV, str(path))
         gpus = simulated_inventory((SimulatedGpu("RTX 3090", 24.0, 8.6),) * 2, "nvml01")
-        agent = SimpleNamespace(gpus=gpus, jobs={"7": SimpleNamespace(proc=SimpleNamespace(pid=p.job), member_pids=lambda: {p.job})})
+        agent = SimpleNamespace(gpus=gpus, jobs={"7": SimpleNamespace(member_pids=lambda: {p.job})})  # a RunningJob
         state = Agent._gpu_state(agent)  # type: ignore[arg-type]
     heartbeat = {"type": "heartbeat", "seq": 1, "gpu_util": [90.0, 0.0], "egress": {}, "jobs": [], **state}
     assert validate(heartbeat) == "heartbeat"

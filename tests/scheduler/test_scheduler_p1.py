@@ -61,12 +61,10 @@ def _feasible(x: np.ndarray, upper: np.ndarray) -> np.ndarray:
     Σ x instead pushed capped coordinates over their cap, and the infeasible point cost less than the optimum:
     4.5e-8 below it on a drawn instance, 2026-12-07.)"""
     total = float(x.sum())
-    if total >= 1.0:
+    room = float((upper - x).sum())
+    if total >= 1.0 or room <= 0.0:  # (room 0: every coordinate at its cap, whose sum is 1 to rounding)
         return x / total
-    room = upper - x
-    if float(room.sum()) <= 0.0:  # every coordinate at its cap, whose sum is 1 to rounding: nothing to hand out
-        return x / total
-    return x + room * (1.0 - total) / float(room.sum())
+    return x + (upper - x) * (1.0 - total) / room
 
 
 @SETTINGS
