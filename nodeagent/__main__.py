@@ -31,6 +31,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data-port", dest="data_port", type=int)
     p.add_argument("--simulate-gpus", dest="simulate_gpus", help="count, or a JSON list of GPUs")
     p.add_argument("--base-dir", dest="base_dir")
+    p.add_argument("--allow-unconfined-jobs", dest="allow_unconfined_jobs", action="store_true", default=None,
+                   help="run jobs even where they cannot be confined (no cgroup, or as the agent's own user; "
+                        "design §19.6): allow_unconfined_jobs in the config")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
 
@@ -39,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, Any] = {k: getattr(args, k) for k in
-                                 ("portal", "token", "data_dir", "data_host", "data_port", "base_dir")}
+                                 ("portal", "token", "data_dir", "data_host", "data_port", "base_dir",
+                                  "allow_unconfined_jobs")}
     if args.simulate_gpus is not None:
         try:
             overrides["simulate_gpus"] = json.loads(args.simulate_gpus)

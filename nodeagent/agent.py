@@ -37,7 +37,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from nodeagent import jobkit
 from nodeagent.agent_checkpoints import CheckpointCommands
 from nodeagent.classbytes import ClassBytes
-from nodeagent.config import AgentConfig
+from nodeagent.config import AgentConfig, ConfigError
 from nodeagent.confine import Confiner
 from nodeagent.edge import Edge
 from nodeagent.ended import ended_runs, last_progress
@@ -161,6 +161,13 @@ class Agent(CheckpointCommands):
         self.portal_index = 0  # into config.portal_urls: the address the next connection attempt uses
         # Confined jobs (design §19): cgroup backend and job users, decided once; a predecessor's leftovers go.
         self.confiner = Confiner.from_config(config, self.data_dir)
+        unconfined = self.confiner.unconfined_reasons()
+        if unconfined and not config.allow_unconfined_jobs:
+            raise ConfigError("allow_unconfined_jobs: jobs would run unconfined here: " + "; ".join(unconfined)
+                              + ". Confine them (docs/add-a-node.md, design §19.6) or set allow_unconfined_jobs: "
+                              "true in the agent's config (--allow-unconfined-jobs) to run them anyway")
+        if unconfined:
+            log.warning("confinement: jobs run unconfined (allow_unconfined_jobs is true): %s", "; ".join(unconfined))
         if config.kill_jobs_on_agent_exit:
             self.confiner.sweep()
         # Checkpoint temporaries of writers killed mid-write (a predecessor's jobs, its own received replicas)
@@ -280,6 +287,7 @@ class Agent(CheckpointCommands):
             "data_port": self.data_addr[1],
             "jobs": [{"job_id": int(j), "step": r.step()} for j, r in self.jobs.items() if j.isdigit()],
             "edge_backend": self.edge.backend_name,
+            "confinement": self.confiner.summary(),  # how jobs run here, for the node page (design §19.6)
             "checkpoints": held[:512],
             "checkpoints_truncated": len(held) > 512,
             **self._gpu_state(),  # MIG and the GPUs' foreign processes (design §1 "Owner activity and MIG")

@@ -55,6 +55,9 @@ class AgentConfig:
     memory_bytes_per_gpu: int | None = None  # a job's memory limit per GPU when its start names none
     cpu_cores_per_gpu: float | None = None  # a job's CPU quota (cores) per GPU when its start names none
     job_pids_max: int | None = 4096  # processes and threads per job
+    # Jobs not confined (no cgroup, or run as the agent's own user): the agent refuses to start unless this is
+    # true (design §19.6); then it warns in its log and the node page says so.
+    allow_unconfined_jobs: bool = False
     # Every portal address, in the order the connect loop tries them (design §18: several daphne processes);
     # set from ``portal`` (one URL or a list), never a key of its own. Empty: just ``portal``.
     portals: tuple[str, ...] = ()
@@ -302,6 +305,10 @@ def _confinement(values: dict[str, Any], kwargs: dict[str, Any]) -> None:
     """The confinement fields (design §19); each error names its field. Pops what it validated."""
     import pwd  # POSIX only, like the agent
 
+    if "allow_unconfined_jobs" in values:
+        if not isinstance(values["allow_unconfined_jobs"], bool):
+            raise ConfigError("allow_unconfined_jobs: must be true or false")
+        kwargs["allow_unconfined_jobs"] = values.pop("allow_unconfined_jobs")
     if "confinement" in values:
         if values["confinement"] not in CONFINEMENT_MODES:
             raise ConfigError(f"confinement: must be one of {', '.join(CONFINEMENT_MODES)}, "

@@ -668,6 +668,25 @@ class Confiner:
         if self.users.enabled:
             self.prepare_dirs()
 
+    def unconfined_reasons(self) -> list[str]:
+        """Why jobs would not run confined (design §19.6): each in its own cgroup *and* as a user other than the
+        agent's. Empty when they are."""
+        reasons = []
+        if self.backend is None:
+            reasons.append(f"no usable cgroup hierarchy (confinement {self.mode}; needs "
+                           f"{'/'.join(REQUIRED_CONTROLLERS)} writable by the agent)")
+        if not self.users.enabled:
+            reasons.append(f"jobs would run as {self.users.describe()} (needs the capabilities to switch users "
+                           "and a job user that can reach data_dir: job_user, design §19.5)")
+        return reasons
+
+    def summary(self) -> str:
+        """How jobs run here, in one line for the hello and the node page (design §19.6)."""
+        if self.unconfined_reasons():
+            return "unconfined: " + "; ".join(self.unconfined_reasons())
+        who = self.users.describe()
+        return f"confined: {self.backend.name} cgroups, as {who}"
+
     @classmethod
     def from_config(cls, config: Any, data_dir: Path) -> Confiner:
         return cls(data_dir=data_dir, mode=config.confinement, cgroup_parent=config.cgroup_parent,

@@ -118,9 +118,18 @@ class UserPolicy:
                         "starts with python will not start; install the agent where others may read it",
                         self.user.uid, interpreter)
         self.enabled = True
-        how = (f"uids {self.uid_base}..{self.uid_base + self.uid_count - 1}, one per running job"
-               if self.uid_base is not None else f"user {name} (uid {self.user.uid})")
-        log.info("confinement: jobs run as %s", how)
+        log.info("confinement: jobs run as %s", self.describe())
+
+    def describe(self) -> str:
+        """Who jobs run as, in words ("user nobody (uid 65534)", "uids 70000..70255, one per running job")."""
+        if not self.enabled or self.user is None:
+            try:
+                return f"the agent's own user {pwd.getpwuid(os.geteuid())[0]}"
+            except KeyError:
+                return f"the agent's own uid {os.geteuid()}"
+        if self.uid_base is not None:
+            return f"uids {self.uid_base}..{self.uid_base + self.uid_count - 1}, one per running job"
+        return f"user {self.user.name} (uid {self.user.uid})"
 
     def acquire(self, job_id: str) -> JobUser | None:
         if not self.enabled or self.user is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import time
@@ -197,7 +198,7 @@ async def test_the_cpu_quota_and_limits_are_written(space: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_the_cgroup_is_removed_after_the_job_ends(space: Path) -> None:
-    agent = _agent(space)
+    agent = _agent(space, allow_unconfined_jobs=True)  # this machine's interpreter is closed to job users
     command = script(space, "quick.py", "print('done')\n")
     run = await _start(agent, 51, command)
     dirs = [d for d in _cgroup_dirs(agent, 51)]
@@ -236,6 +237,32 @@ def test_configuration_errors_name_the_field(space: Path, capsys: pytest.Capture
                                   "enforcement": "off"}))
     assert agent_main(["--config", str(config)]) == 2
     assert "error: job_user: uid 65534 cannot reach data_dir" in capsys.readouterr().err
+
+
+def test_an_agent_that_cannot_confine_its_jobs_refuses_to_start_unless_its_config_allows_it(
+        space: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """Design §19.6: jobs run each in its own cgroup as a user other than the agent's, or the agent does not start
+    (exit 2, the message naming allow_unconfined_jobs and why) unless ``allow_unconfined_jobs`` is true; then it
+    warns and its hello tells the portal (the node page shows it)."""
+    base = {"token": "t", "portal": "ws://127.0.0.1:1", "data_dir": str(space / "data"), "enforcement": "off",
+            "base_dir": str(space / "scripts")}
+    for values, why in (({"confinement": "off"}, "no usable cgroup hierarchy (confinement off"),
+                        ({"job_user": ""}, "jobs would run as the agent's own user root")):
+        config = space / "agent.json"
+        config.write_text(json.dumps({**base, **values}))
+        assert agent_main(["--config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: allow_unconfined_jobs: jobs would run unconfined here: "), err
+        assert why in err, err
+
+    with caplog.at_level(logging.WARNING, logger="nodeagent.agent"):
+        allowed = _agent(space, confinement="off", allow_unconfined_jobs=True)
+    assert "jobs run unconfined (allow_unconfined_jobs is true): no usable cgroup hierarchy" in caplog.text
+    assert allowed._hello()["confinement"].startswith("unconfined: no usable cgroup hierarchy")
+
+    confined = _agent(space, job_uid_base=UID_BASE, job_uid_count=4)  # the default: refused nothing
+    assert confined._hello()["confinement"] == (
+        f"confined: {confined.confiner.backend.name} cgroups, as uids {UID_BASE}..{UID_BASE + 3}, one per running job")
 
 
 @pytest.mark.asyncio

@@ -66,12 +66,12 @@ class FakeAgent:
         connected, _ = await self.comm.connect()
         return bool(connected)
 
-    async def hello(self, jobs: list[dict[str, int]] | None = None) -> dict[str, Any]:
+    async def hello(self, jobs: list[dict[str, int]] | None = None, **fields: Any) -> dict[str, Any]:
         await self.send({"type": "hello", "agent_version": "test", "data_host": "127.0.0.1",
                          "data_port": self.data_port, "jobs": jobs or [],
                          "gpus": [{"index": i, "model": "RTX 3090", "uuid": f"u{i}", "vram_gb": 24,
                                    "capability": 8.6, "driver_version": "sim", "cuda_version": "sim"}
-                                  for i in range(2)]})
+                                  for i in range(2)], **fields})
         return await self.expect("welcome")
 
     async def send(self, msg: dict[str, Any] | str) -> None:

@@ -229,3 +229,27 @@ async def test_a_hostile_hello_stores_no_unregistered_or_infinite_gpu_and_the_ap
     await asyncio.sleep(0.5)  # both heartbeats handled (they are refused silently: nothing to wait for)
     await agent.close()
     await db(check)()
+
+
+async def test_the_hello_says_how_the_node_runs_jobs_and_a_malformed_account_is_refused() -> None:
+    """Design §19.6: the agent's one-line account of its confinement is kept on the node (the node page and
+    ``/api/nodes/`` show it); one that is not a string starting "confined: " or "unconfined: " is refused and the
+    kept one stays."""
+    from portal.control.models import RejectedMessage
+    from portal.core.models import Node
+
+    node, token = await db(make_node)("n1")
+    agent = FakeAgent(token)
+    assert await agent.connect()
+    unconfined = "unconfined: no usable cgroup hierarchy (confinement off; needs memory/cpu/pids writable)"
+    await agent.hello(confinement=unconfined)
+    node = await db(Node.objects.get)(pk=node.pk)
+    assert node.job_confinement == unconfined and node.jobs_unconfined
+    assert node.job_confinement_detail.startswith("no usable cgroup hierarchy")
+    for bad in (5, "jobs are fine", "confined: " + "x" * 400):
+        await agent.send({"type": "hello", "agent_version": "test", "data_host": "127.0.0.1", "data_port": 9000,
+                          "jobs": [], "gpus": [], "confinement": bad})
+        assert "hello.confinement" in (await agent.expect("error"))["reason"]
+    assert await db(RejectedMessage.objects.filter(node=node, reason__contains="hello.confinement").count)() == 3
+    assert (await db(Node.objects.get)(pk=node.pk)).job_confinement == unconfined
+    await agent.close()

@@ -169,6 +169,7 @@ async def test_the_real_agents_heartbeats_carry_class_bytes_the_portal_accepts(t
             self.sent.append(json.loads(text))
 
     cfg = build_config({"token": "t", "portal": "ws://127.0.0.1:1", "data_dir": str(tmp_path / "data"),
+                        "allow_unconfined_jobs": True,  # under pytest's 0700 tmp_path: no job user reaches it
                         "enforcement": "off"}, {})
     agent = Agent(cfg)
     agent.heartbeat_interval_s = 0.05

@@ -212,6 +212,7 @@ def _agent(tmp_path: Path) -> Any:
     from nodeagent.agent import Agent
 
     cfg = build_config({"token": "t", "portal": "ws://127.0.0.1:1", "data_dir": str(tmp_path / "data"),
+                        "allow_unconfined_jobs": True,  # under pytest's 0700 tmp_path: no job user reaches it
                         "enforcement": "off", "base_dir": str(tmp_path)}, {})
     agent = Agent(cfg)
     agent.ws = _Socket()

@@ -230,6 +230,8 @@ class Stack:
         return self._spawn(f"agent-{name}", [  # the token goes in the environment, never on a command line
             PY, "-m", "nodeagent", *portal_args, "--data-dir", str(data_dir),
             "--simulate-gpus", str(gpus), "--base-dir", str(REPO),
+            # its data_dir is under a 0700 temporary directory no job user can reach (design §19.5)
+            "--allow-unconfined-jobs",
         ], env={**self.env(), "RECLAIMNET_AGENT_TOKEN": token})
 
     def agent_dir(self, name: str) -> Path:

@@ -13,7 +13,7 @@ import pytest
 from nodeagent.__main__ import main, parse_args
 from nodeagent.config import ConfigError, build_config
 
-BASE = {"token": "t", "enforcement": "off", "confinement": "off"}
+BASE = {"token": "t", "enforcement": "off", "confinement": "off", "allow_unconfined_jobs": True}
 
 
 def _config(tmp_path: Path, portal: Any) -> Any:

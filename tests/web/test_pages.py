@@ -136,3 +136,20 @@ def test_age_reads_naturally() -> None:
     assert age(now) == "just now"  # not "0.0 s ago"
     assert age(now - timedelta(seconds=5)).endswith("s ago")
     assert age(now - timedelta(minutes=5, seconds=1)) == "5 min 1 s ago"
+
+
+def test_the_node_page_says_how_its_agent_runs_jobs(client_as: Callable[[str | None], Client], campus: Campus) -> None:
+    """Design §19.6: the agent's account from its hello; unconfined (allowed by its config) stands out."""
+    from portal.core.models import Node
+
+    client = client_as("provider")
+    url = f"/provider/nodes/{campus.node.pk}/?fragment=state"
+    assert b'data-testid="job-confinement"' not in client.get(url).content  # no hello yet: nothing to say
+    Node.objects.filter(pk=campus.node.pk).update(
+        job_confinement="confined: cgroup_v2 cgroups, as user nobody (uid 65534)")
+    page = client.get(url).content.decode()
+    assert "jobs run in cgroup_v2 cgroups, as user nobody (uid 65534)" in page and "stat warn" not in page
+    Node.objects.filter(pk=campus.node.pk).update(job_confinement="unconfined: no usable cgroup hierarchy")
+    page = client.get(url).content.decode()
+    assert 'class="stat warn"' in page
+    assert "jobs run unconfined (the agent's allow_unconfined_jobs): no usable cgroup hierarchy" in page

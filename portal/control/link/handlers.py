@@ -172,7 +172,8 @@ def hello(node_id: int, session_id: int | None, msg: Hello) -> Welcome:
                              "register them or fix the agent's inventory", "hello")
         hello_gpu_state(node_id, msg.get("gpu_state"), timezone.now())  # MIG, foreign processes (design §1)
         Node.objects.filter(pk=node_id).update(last_heartbeat_at=timezone.now(),
-                                               enforcement_backend=str(msg.get("edge_backend", ""))[:32])
+                                               enforcement_backend=str(msg.get("edge_backend", ""))[:32],
+                                               job_confinement=msg.get("confinement", ""))
         if node.state in (NodeState.REGISTERED, NodeState.OFFLINE) and node_lifecycle.can(node, NodeState.ONLINE):
             node_lifecycle.come_online(node)
             publish_after_commit(["dashboard", f"node-{node.pk}", f"provider-{node.provider_id}"], "node.state",

@@ -57,6 +57,7 @@ class Hello(TypedDict):
     data_port: int
     jobs: list[JobStep]
     edge_backend: NotRequired[str]
+    confinement: NotRequired[str]  # how jobs run: "confined: …" or "unconfined: …" (design §19.6), ≤ 400 chars
     checkpoints: NotRequired[list[HeldCheckpoint]]  # what it holds now (its own and replicas), sequence + sha256
     checkpoints_truncated: NotRequired[bool]  # more than MAX_HELD_CHECKPOINTS: the list is not the whole truth
     ended_jobs: NotRequired[list[dict[str, Any]]]  # a restarted agent: {job_id, step, t} its predecessor's jobs got to
@@ -246,6 +247,7 @@ class ErrorReply(TypedDict):
 
 
 _NUM = (int, float)
+MAX_CONFINEMENT_CHARS = 400  # Node.job_confinement
 SCHEMAS: dict[str, dict[str, Any]] = {
     "hello": {"agent_version": str, "gpus": list, "data_host": str, "data_port": int, "jobs": list},
     "heartbeat": {"seq": int, "gpu_util": list, "egress": dict, "jobs": list},
@@ -418,6 +420,11 @@ def validate(msg: dict[str, Any]) -> str:
         _check_seconds(kind, msg, ("elapsed_s",))
     if kind == "hello" and not 0 < msg["data_port"] < 65536:
         raise ProtocolError("hello.data_port: out of range")
+    if kind == "hello" and "confinement" in msg and not (
+            isinstance(msg["confinement"], str) and len(msg["confinement"]) <= MAX_CONFINEMENT_CHARS
+            and msg["confinement"].startswith(("confined: ", "unconfined: "))):
+        raise ProtocolError(f"hello.confinement: a string of at most {MAX_CONFINEMENT_CHARS} characters starting "
+                            "'confined: ' or 'unconfined: '")
     if kind == "heartbeat" and "class_bytes" in msg:  # design §4 "Calibrated reserve": bytes per traffic class
         try:
             check_class_bytes(kind, msg["class_bytes"])

@@ -44,6 +44,8 @@ class Node(models.Model):
     gpu_floor = models.PositiveSmallIntegerField(default=0, help_text="GPUs the provider never lends")
     killswitch_engaged = models.BooleanField(default=False)
     enforcement_backend = models.CharField(max_length=32, blank=True, default="")
+    # How its agent runs jobs, as its last hello said: "confined: …" or "unconfined: …" (design §19.6); "" unknown.
+    job_confinement = models.CharField(max_length=400, blank=True, default="", editable=False)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Owner activity (design §1 "Owner activity and MIG"): the provider's choice, and how many heartbeats in a row
@@ -56,6 +58,16 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def jobs_unconfined(self) -> bool:
+        """Its agent said it runs jobs unconfined (allowed by its ``allow_unconfined_jobs``; design §19.6)."""
+        return self.job_confinement.startswith("unconfined")
+
+    @property
+    def job_confinement_detail(self) -> str:
+        """What the agent said after "confined: " or "unconfined: "."""
+        return self.job_confinement.partition(": ")[2]
 
     def set_agent_token(self, token: str) -> None:
         self.agent_token_hash = hash_agent_token(token)
