@@ -12,7 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 # Database 0 is a run without xdist's; 3-10 belong to the e2e and load stacks (tests/e2e, tests/load), which pick
-# theirs by number and run one at a time (tests/conftest.py SERIAL_GROUP). Redis has 16 by default.
+# theirs by number and run one module at a time in the two serial groups (tests/conftest.py), which never name the
+# same one (tests/build/test_serial_groups.py). Redis has 16 by default.
 FIRST_WORKER_REDIS_DB = 11
 LAST_REDIS_DB = 15
 

@@ -77,8 +77,10 @@ class FakeAgent:
     async def send(self, msg: dict[str, Any] | str) -> None:
         await self.comm.send_to(text_data=msg if isinstance(msg, str) else json.dumps(msg))
 
-    async def expect(self, kind: str, timeout_s: float = 3.0) -> dict[str, Any]:
-        """The next message of type ``kind`` (others are kept in ``seen``)."""
+    async def expect(self, kind: str, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The next message of type ``kind`` (others are kept in ``seen``). It returns as soon as one comes; the
+        bound only fails a test whose message never does (3 s was too short beside the stack tests on 2 cores:
+        test_restores_are_given_up_after_the_bound_even_if_copies_remain timed out once)."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             left = deadline - asyncio.get_running_loop().time()

@@ -85,7 +85,7 @@ def test_shared_estimates_equal_one_uninterrupted_process(django_db_blocker: Any
             not os.environ.get("REDIS_URL"):
         pytest.skip("needs PostgreSQL and Redis")
     workdir = Path(tempfile.mkdtemp(prefix="reclaimnet-estimators-"))
-    redis_url = harness.redis_db(os.environ["REDIS_URL"], 5)
+    redis_url = harness.redis_db(os.environ["REDIS_URL"], 6)  # its own: 5 is tests/load's (another serial group)
     restore_broker = harness.use_broker(redis_url)
     stack = harness.Stack(workdir, harness.stack_database_url(), redis_url, heartbeat_timeout_s=3600.0,
                           control_period_s=0.5, extra_env={"RECLAIMNET_ESTIMATOR_SNAPSHOT_PERIOD_S": "1"})

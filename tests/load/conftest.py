@@ -451,7 +451,7 @@ PG_SERVER = _server_of(os.environ.get("DATABASE_URL", ""), ("postgres", "postgre
 # server, each with its own DATABASE_URL, do not share it.
 LOAD_DATABASE = f"test_{urlsplit(os.environ.get('DATABASE_URL', '')).path.lstrip('/') or 'reclaimnet'}_load"
 REDIS_SERVER = _server_of(os.environ.get("REDIS_URL", ""), ("redis", "rediss"), "redis://127.0.0.1:6379")
-# e2e uses 3, bench_e2e 4, the suite 0; a parallel run names another with RECLAIMNET_LOAD_REDIS_DB.
+# e2e uses 3, 4, 6, 9 and 10, bench_e2e 4, xdist workers 11-15, the suite 0; a parallel run names another with RECLAIMNET_LOAD_REDIS_DB.
 LOAD_REDIS_DB = int(os.environ.get("RECLAIMNET_LOAD_REDIS_DB", "5"))
 # kombu's Redis transport keeps a queue's messages of priority p > 0 under "<queue>\x06\x16<p>".
 _PRIORITY_SUFFIXES = ("", *(f"\x06\x16{p}" for p in range(1, 10)))
