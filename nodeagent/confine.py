@@ -682,10 +682,10 @@ class Confiner:
 
     def summary(self) -> str:
         """How jobs run here, in one line for the hello and the node page (design §19.6)."""
-        if self.unconfined_reasons():
-            return "unconfined: " + "; ".join(self.unconfined_reasons())
-        who = self.users.describe()
-        return f"confined: {self.backend.name} cgroups, as {who}"
+        reasons = self.unconfined_reasons()
+        if reasons or self.backend is None:
+            return "unconfined: " + "; ".join(reasons)
+        return f"confined: {self.backend.name} cgroups, as {self.users.describe()}"
 
     @classmethod
     def from_config(cls, config: Any, data_dir: Path) -> Confiner:

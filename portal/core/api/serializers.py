@@ -195,8 +195,8 @@ class NodeSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "provider", "provider_name", "building", "building_name", "state", "gpus",
             "gpu_floor", "lendable_gpu_count", "lending_windows", "access_link_bytes_per_s", "killswitch_engaged",
-            "enforcement_backend", "job_confinement", "last_heartbeat_at", "agent_token_prefix", "agent_token_revoked", "created_at",
-            "owner_use_policy",
+            "enforcement_backend", "job_confinement", "last_heartbeat_at", "agent_token_prefix", "agent_token_revoked",
+            "created_at", "owner_use_policy",
         ]
         read_only_fields = fields
 
