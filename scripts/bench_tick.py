@@ -69,7 +69,7 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
     built = tickcampus.build(size, samples_per_link=samples_per_link)
     build_s = time.perf_counter() - started
     with connection.cursor() as cur:
-        cur.execute("ANALYZE")
+        cur.execute("VACUUM ANALYZE")  # as autovacuum keeps a live campus's tables (hint bits, visibility map)
     rng = random.Random(1)
     times_ms: list[float] = []
     queries: list[int] = []
@@ -102,7 +102,30 @@ def measure(size: int, ticks: int, samples_per_link: int, profile: bool = False)
         tickcampus.agents_report(now, rng)
         profiler = cProfile.Profile()
         profiler.runcall(control_ticks.control_tick, now, context)
-        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(35)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(int(os.environ.get("BENCH_TOP", "35")))
+        # Then one more tick with each SQL statement timed: the slowest first, with where it came from.
+        timed: list[tuple[float, str]] = []
+
+        def time_statement(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                timed.append((1000 * (time.perf_counter() - t0), sql))
+
+        # Six ticks: one control period of the estimators' snapshot, averaged per tick.
+        for _ in range(6):
+            now += dt.timedelta(seconds=CONTROL_PERIOD_S)
+            tickcampus.agents_report(now, rng)
+            with connection.execute_wrapper(time_statement):
+                control_ticks.control_tick(now, context)
+        by_statement: dict[str, float] = {}
+        for ms, sql in timed:
+            by_statement[sql[:200]] = by_statement.get(sql[:200], 0.0) + ms / 6
+        sys.stderr.write(f"SQL per tick over 6: {len(timed) / 6:.1f} statements, "
+                         f"{sum(by_statement.values()):.1f} ms\n")
+        for sql, ms in sorted(by_statement.items(), key=lambda item: -item[1])[:15]:
+            sys.stderr.write(f"{ms:7.2f} ms  {sql}\n")
     return {"size": size, "build_s": build_s, "built": built.__dict__, "median_ms": statistics.median(times_ms),
             "min_ms": min(times_ms), "max_ms": max(times_ms), "queries": int(statistics.median(queries)),
             "queries_max": max(queries)}

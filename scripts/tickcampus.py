@@ -6,11 +6,14 @@ Used by ``scripts/bench_tick.py`` (``make bench-tick``) and by the test that pin
 
 - buildings of ~25 nodes each under one core switch (10 Gbit/s uplinks), labs of ~20 nodes;
 - nodes of 2, 4 or 8 GPUs (mixed models), some with a floor of one, every one online with a live agent;
-- running jobs on ~80 % of the lendable GPUs, each with a completed checkpoint pre-synced to another node;
+- running jobs on ~80 % of the lendable GPUs, each with a checkpoint per half hour it has run (at most a day's),
+  the newest pre-synced to another node;
 - a few queued jobs no node can take (16 GPUs), as a real queue has;
 - a week of departures (emergency reclaims, kill-switches, lost heartbeats: about one per node per day), each
   with the node's availability record (lent a week ago, reclaimed at the departure, lent again within the hour);
-- ``samples_per_link`` bandwidth samples per access link, one a minute up to now (a day = 1,440).
+- ``samples_per_link`` bandwidth samples per access link, one a minute up to now (a day = 1,440);
+- traffic-class samples (research, checkpoint, other bytes) from every node, one a minute as the portal keeps
+  them (``CLASS_SAMPLE_PERIOD_S``), for the last few minutes: what P1's work-conserving reserve reads.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ GPU_MODELS = (("RTX 3090", 24.0, "8.6"), ("RTX 4090", 24.0, "8.9"), ("A100", 80.
 NODES_PER_BUILDING = 25
 NODES_PER_LAB = 20
 BUSY_FRACTION = 0.8
+CHECKPOINT_HISTORY = 48  # checkpoints kept per running job (a day at one per half hour)
+CLASS_SAMPLE_MINUTES = 3  # minutes of class samples written at build (P1 reads the last 2)
 
 
 @dataclass(frozen=True)
@@ -128,11 +133,18 @@ def build(n_nodes: int, *, seed: int = 0, samples_per_link: int = 1440, now: dt.
                                        for job, (node, indices) in zip(running, placed_on, strict=True)],
                                       batch_size=5000)
         JobRuntime.objects.bulk_create([JobRuntime(job=job) for job in running], batch_size=5000)
-        ckpts = Checkpoint.objects.bulk_create([
-            Checkpoint(job=job, sequence=1, node=node, size_bytes=int(job.ckpt_bytes_estimate * rng.uniform(0.8, 1.2)),
-                       sha256="0" * 64, taken_at=now - dt.timedelta(seconds=rng.uniform(30, 900)),
-                       completed_at=now - dt.timedelta(seconds=20))
-            for job, (node, _) in zip(running, placed_on, strict=True)], batch_size=5000)
+        # Each job's history: one checkpoint per half hour it has run (at most CHECKPOINT_HISTORY), each copied
+        # to a replica (its transfer time known), taken synchronously; the newest completed 20 s ago.
+        history = [Checkpoint(job=job, sequence=seq, node=node, sha256="0" * 64,
+                              size_bytes=int(job.ckpt_bytes_estimate * rng.uniform(0.8, 1.2)),
+                              taken_at=now - dt.timedelta(seconds=1800.0 * (count - seq) + 60),
+                              completed_at=now - dt.timedelta(seconds=1800.0 * (count - seq) + 20),
+                              transfer_s=rng.uniform(5, 120))
+                   for job, (node, _) in zip(running, placed_on, strict=True)
+                   for count in [min(CHECKPOINT_HISTORY, 1 + int((now - job.started_at).total_seconds() // 1800))]
+                   for seq in range(1, count + 1)]
+        Checkpoint.objects.bulk_create(history, batch_size=5000)
+        ckpts = [c for k, c in enumerate(history) if k + 1 == len(history) or history[k + 1].job is not c.job]
         replica = Checkpoint.replica_nodes.through
         replica.objects.bulk_create([replica(checkpoint_id=c.pk, node_id=nodes[(k * 7 + 1) % n_nodes].pk)
                                      for k, c in enumerate(ckpts)], batch_size=5000)
@@ -156,6 +168,8 @@ def build(n_nodes: int, *, seed: int = 0, samples_per_link: int = 1440, now: dt.
         ReclaimEvent.objects.filter(kind__in=(ReclaimKind.EMERGENCY, ReclaimKind.KILLSWITCH,
                                               ReclaimKind.HEARTBEAT_LOST)).update(requested_at=F("deadline_at"))
     samples = add_samples(access, samples_per_link, now, rng, connection)
+    for k in range(CLASS_SAMPLE_MINUTES):
+        add_class_samples(now - dt.timedelta(seconds=60.0 * k), rng, every_node=True)
     return Built(nodes=n_nodes, gpus=sum(gpus_of), lendable_gpus=lendable, running_jobs=len(running),
                  queued_jobs=len(queued), departures=len(departures), samples=samples)
 
@@ -186,8 +200,33 @@ def add_samples(links: list[Any], per_link: int, now: dt.datetime, rng: random.R
     return per_link * len(links)
 
 
+def research_share(node_pk: int, rng: random.Random) -> float:
+    """The share of its access link a node's research traffic took in one minute: a level of its own (0–30 %,
+    fixed per node: a lab's traffic persists from minute to minute) with ±3 % of jitter."""
+    level = 0.3 * ((node_pk * 2654435761) % 1000) / 1000
+    return level * (1.0 + rng.uniform(-0.03, 0.03))
+
+
+def add_class_samples(now: dt.datetime, rng: random.Random, *, every_node: bool = False) -> int:
+    """Access-link class samples at ``now``: from every node, or (between two 10 s ticks) from the sixth of the
+    nodes whose minute comes round then, as the portal stores one per node per minute."""
+    from portal.core.models import LinkClassSample, LinkScope, Node
+
+    slot = int(now.timestamp() // 10) % 6
+    rows = [LinkClassSample(link_id=link, node_id=pk, scope=LinkScope.ACCESS, sampled_at=now, interval_s=60.0,
+                            research_bytes=int(research_share(pk, rng) * capacity * 60.0),
+                            checkpoint_bytes=int(rng.uniform(0.0, 0.1) * capacity * 60.0), other_bytes=0,
+                            source="tc")
+            for pk, link, capacity in Node.objects.filter(access_link__isnull=False).values_list(
+                "pk", "access_link_id", "access_link__capacity_bytes_per_s")
+            if every_node or pk % 6 == slot]
+    LinkClassSample.objects.bulk_create(rows, batch_size=5000)
+    return len(rows)
+
+
 def agents_report(now: dt.datetime, rng: random.Random) -> None:
-    """What the agents do between two ticks: a heartbeat from every node and one egress sample per access link."""
+    """What the agents do between two ticks: a heartbeat from every node, one egress sample per access link and
+    the class samples whose minute has come."""
     from django.db import connection
 
     from portal.core.models import Link, Node
@@ -195,3 +234,4 @@ def agents_report(now: dt.datetime, rng: random.Random) -> None:
     Node.objects.update(last_heartbeat_at=now)
     add_samples(list(Link.objects.filter(kind=Link.Kind.ACCESS).only("pk", "capacity_bytes_per_s")), 1, now, rng,
                 connection)
+    add_class_samples(now, rng)

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from portal.control.link import commands
@@ -33,6 +34,7 @@ from scheduler.reserve import (
 
 SAMPLE_KEEP_S = RESERVE_WINDOW_S + 86400.0  # the window plus a day of slack for a late calibration
 RESEARCH_USE_MAX_AGE_S = 120.0  # research use older than this is not "measured now"
+IN_LIST_MAX = 64  # above this many links a read takes the whole table (portal.core.campus does the same)
 
 
 class ReserveError(ValueError):
@@ -143,28 +145,33 @@ def tell_agents(rows: Sequence[LinkReserve]) -> int:
 
 def reserve_min_by_link(link_pks: Sequence[int]) -> np.ndarray:
     """B_min per link for P3 (design §4): the stored reserve where there is one, else the global
-    ``RESERVE_MIN_BYTES_PER_S``; P3 keeps max(β·B, B_min) as before. One statement."""
-    stored = dict(LinkReserve.objects.filter(link_id__in=list(link_pks)).values_list("link_id", "reserve_bytes_per_s"))
+    ``RESERVE_MIN_BYTES_PER_S``; P3 keeps max(β·B, B_min) as before. One statement (the whole table, one row
+    per link at most, instead of a long IN list)."""
+    stored = dict(rows_of_links(LinkReserve.objects, link_pks).values_list("link_id", "reserve_bytes_per_s"))
     default = float(settings.RECLAIMNET["RESERVE_MIN_BYTES_PER_S"])
     return np.array([max(default, float(stored[pk])) if pk in stored else default for pk in link_pks], dtype=float)
 
 
+def rows_of_links(rows: Any, link_pks: Sequence[int]) -> Any:
+    """``rows`` of the links ``link_pks`` — filtered by an IN list when it is short, else all of them (the
+    caller looks its links up): compiling and binding hundreds of parameters costs more than the rows read."""
+    return rows.filter(link_id__in=list(link_pks)) if len(link_pks) <= IN_LIST_MAX else rows.all()
+
+
 def research_use_by_link(link_pks: Sequence[int], now: dt.datetime | None = None) -> dict[int, float]:
     """The newest measured research rate (bytes/s) per access link, summed over its reporting nodes, from class
-    samples at most RESEARCH_USE_MAX_AGE_S old; links without a recent sample are absent (not measured)."""
+    samples at most RESEARCH_USE_MAX_AGE_S old; links without a recent sample are absent (not measured). One
+    statement: each (link, node)'s newest sample by a window, rank 1."""
     now = now or timezone.now()
     since = now - dt.timedelta(seconds=RESEARCH_USE_MAX_AGE_S)
-    newest = (LinkClassSample.objects.filter(link_id__in=list(link_pks), scope=LinkScope.ACCESS, sampled_at__gt=since)
-              .values("link_id", "node_id").annotate(last=Max("sampled_at")))
-    wanted = {(r["link_id"], r["node_id"], r["last"]) for r in newest}
+    wanted = set(link_pks)
+    newest = (rows_of_links(LinkClassSample.objects, link_pks).filter(scope=LinkScope.ACCESS, sampled_at__gt=since)
+              .annotate(rank=Window(RowNumber(), partition_by=[F("link_id"), F("node_id")],
+                                    order_by=F("sampled_at").desc()))
+              .filter(rank=1).values_list("link_id", "research_bytes", "interval_s"))
     out: dict[int, float] = {}
-    if not wanted:
-        return out
-    for link_id, node_id, at, research, interval_s in (LinkClassSample.objects
-                                                       .filter(link_id__in={w[0] for w in wanted}, sampled_at__gt=since)
-                                                       .values_list("link_id", "node_id", "sampled_at",
-                                                                    "research_bytes", "interval_s")):
-        if (link_id, node_id, at) in wanted:
+    for link_id, research, interval_s in newest:
+        if link_id in wanted:
             out[link_id] = out.get(link_id, 0.0) + research / interval_s
     return out
 

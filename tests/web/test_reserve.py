@@ -165,3 +165,37 @@ def test_agents_are_told_their_links_reserve(campus: Any) -> None:
     # the other node's link got its first stored reserve (β·B): told once
     other = AgentCommand.objects.get(node=campus.other_node, kind="set_reserve")
     assert other.payload["reserve_share"] == pytest.approx(0.3)
+
+
+def test_research_use_is_each_nodes_newest_recent_sample_summed_per_link_however_many_links_are_asked(
+        campus: Any) -> None:
+    """What P1 lends out of the reserve (design §4 "Work-conserving reserve"): per access link, the newest
+    sample of each of its nodes within RESEARCH_USE_MAX_AGE_S, summed; trunk samples and older ones do not count,
+    and a long list of links (read without an IN list) answers as a short one does."""
+    from portal.control.reserve import (
+        IN_LIST_MAX,
+        RESEARCH_USE_MAX_AGE_S,
+        research_use_by_link,
+        reserve_min_by_link,
+    )
+    from portal.core.models import LinkScope
+
+    now = timezone.now()
+    link, other = campus.node.access_link, campus.other_node.access_link
+
+    def sample(node: Any, on: Link, research_bytes: int, age_s: float, scope: str = LinkScope.ACCESS) -> None:
+        LinkClassSample.objects.create(link=on, node=node, scope=scope, interval_s=10.0, checkpoint_bytes=0,
+                                       research_bytes=research_bytes, sampled_at=now - dt.timedelta(seconds=age_s))
+
+    sample(campus.node, link, 5_000, 50.0)
+    sample(campus.node, link, 1_000, 5.0)  # the node's newest: 100 B/s
+    sample(campus.node, link, 9_000_000, 1.0, scope=LinkScope.TRUNK)  # another scope
+    sample(campus.other_node, link, 2_000, 20.0)  # a second node reporting on the same link: 200 B/s more
+    sample(campus.other_node, other, 7_000, RESEARCH_USE_MAX_AGE_S + 30.0)  # too old: not measured now
+    expected = {link.pk: 300.0}
+    assert research_use_by_link([link.pk, other.pk], now=now) == pytest.approx(expected)
+    many = [link.pk, other.pk, *range(10**6, 10**6 + IN_LIST_MAX)]  # past the IN-list bound
+    assert research_use_by_link(many, now=now) == pytest.approx(expected)
+    assert research_use_by_link([other.pk], now=now) == {}
+    assert reserve_min_by_link(many).tolist() == reserve_min_by_link([link.pk, other.pk]).tolist() + [
+        float(settings.RECLAIMNET["RESERVE_MIN_BYTES_PER_S"])] * IN_LIST_MAX

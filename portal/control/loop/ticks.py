@@ -28,6 +28,7 @@ from portal.control.models import (
     TransferPurpose,
     TransferState,
 )
+from portal.control.reclaim import evict
 from portal.control.reclaim import lifecycle as migration_lifecycle
 from portal.control.reclaim.apply import (
     NOTICE_KINDS,
@@ -49,7 +50,7 @@ from portal.control.reclaim.workflow import (
     start_on,
     to_waiting,
 )
-from portal.control.reserve import research_use_by_link, reserve_min_by_link
+from portal.control.reserve import research_use_by_link, reserve_min_by_link, rows_of_links
 from portal.control.state import build_p2, load_campus, lock_allocation, p2_view
 from portal.core import campus as campus_model
 from portal.core import events, outbox
@@ -195,7 +196,7 @@ def _short_notice_hazard(estimators: EstimatorState | None, node_of: np.ndarray,
     if not (rates[known] > 0).any():
         return out
     links = sorted({int(x) for x in link_of if x is not None})
-    lower = dict(LinkEstimate.objects.filter(link_id__in=links).values_list("link_id", "lower_bytes_per_s"))
+    lower = dict(rows_of_links(LinkEstimate.objects, links).values_list("link_id", "lower_bytes_per_s"))
     reserve_min = dict(zip(links, reserve_min_by_link(links).tolist(), strict=True))
     rate = np.array([max(1.0, migration_budget(lower.get(link) or cap, reserve_min.get(link)))
                      for link, cap in zip(link_of, capacity, strict=True)])
@@ -506,6 +507,7 @@ def pending_steps() -> dict[str, bool]:
         # A node with lending windows running a job: its window's end may be due (design §9.13).
         "windows": LendingWindow.objects.filter(node__state=NodeState.ONLINE, node__placements__ended_at__isnull=True,
                                                 node__placements__job__state=JobState.RUNNING),
+        **evict.pending_checks(),  # the loan watchdog's evictions under way (design §15)
     }
     parts, params = [], []
     for queryset in checks.values():
@@ -540,7 +542,8 @@ def control_tick(now: dt.datetime | None = None, context: TickContext | None = N
         changed = p1_tick(now, estimators.state)
         if due["moves"] or due["starts"]:
             expire_starts()
-        loans_tick(now)  # the idle watchdog and the loan timer (design §15): releases free GPUs before placement
+        # the idle watchdog and the loan timer (design §15): releases free GPUs before placement
+        loans_tick(now, drive_evictions=due["evictions"] or due["ended_releases"])
         placed = place_queued()
         if due["releases"]:
             release_finished()

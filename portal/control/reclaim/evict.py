@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from portal.control.activity import loan_view
@@ -266,12 +266,23 @@ def drive(now: dt.datetime | None = None) -> dict[str, int]:
     return done
 
 
+def pending_checks() -> dict[str, QuerySet]:
+    """What :func:`drive` looks at, as querysets whose existence says it has something to do: the control
+    tick asks for all its steps in one statement (``portal.control.loop.ticks.pending_steps``) and drives only
+    when one exists."""
+    return {"evictions": Eviction.objects.filter(phase=P.DRAINING), "ended_releases": _ended_releases()}
+
+
+def _ended_releases() -> QuerySet:
+    return MigrationWork.objects.filter(phase=MigrationPhase.WAITING, migration__eviction__isnull=False,
+                                        migration__job__state__in=TERMINAL)
+
+
 def _close_ended() -> int:
     """A released job that ended without running again (a suspended job cancelled): its migration, waiting for
     a placement that will never come, fails (one statement when there is none)."""
     closed = 0
-    for work in MigrationWork.objects.filter(phase=MigrationPhase.WAITING, migration__eviction__isnull=False,
-                                             migration__job__state__in=TERMINAL).select_related("migration"):
+    for work in _ended_releases().select_related("migration"):
         with transaction.atomic():
             try:
                 migration_lifecycle.move(work, MigrationPhase.FAILED, detail="the job ended while released")

@@ -148,6 +148,15 @@ class Checkpoint(models.Model):
     class Meta:
         ordering = ["job", "sequence"]
         constraints = [models.UniqueConstraint(fields=["job", "sequence"], name="checkpoint_sequence_unique")]
+        # What P1 reads for every running job each control tick (portal.control.loop.ticks.p1_tick): the newest
+        # asynchronous stall and the newest transfer time, each one probe of its own partial index. Without
+        # them a job that never reported one had every checkpoint it ever wrote scanned, every tick.
+        indexes = [
+            models.Index(fields=["job", "-sequence"], name="checkpoint_async_stall",
+                         condition=models.Q(completed_at__isnull=False, mode="async", stall_s__isnull=False)),
+            models.Index(fields=["job", "-sequence"], name="checkpoint_transferred",
+                         condition=models.Q(transfer_s__isnull=False)),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.job_id} ckpt #{self.sequence}"
