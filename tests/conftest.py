@@ -53,6 +53,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
 
 
+# The longest groups, which xdist hands out first (longest first: the rest of the run fills in around them
+# instead of two workers finishing them alone at the end, the third idle).
+LONG_GROUPS = (SERIAL_GROUP, SECOND_SERIAL_GROUP, "tests/portal/test_fuzz_api.py")
+
+
+class _LongGroupsFirst:
+    @pytest.hookimpl(trylast=True)  # after pytest-django's own ordering
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        def rank(item: pytest.Item) -> int:
+            marker = item.get_closest_marker("xdist_group")
+            name = (marker.args[0] if marker.args else marker.kwargs.get("name")) if marker else None
+            return LONG_GROUPS.index(name) if name in LONG_GROUPS else len(LONG_GROUPS)
+
+        items.sort(key=rank)  # stable: each group keeps its own order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_LongGroupsFirst(), "reclaimnet-long-groups-first")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _empty_the_database_after_a_stack_module(request: pytest.FixtureRequest) -> Iterator[None]:
     """A stack module's fixture commits its campus outside any test's transaction (its processes must see it),

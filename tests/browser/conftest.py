@@ -1,10 +1,12 @@
 """Browser tests: Playwright (sync) driving Debian's chromium against a real daphne and PostgreSQL.
 
 Run them in their own pytest process (STACK.md gotcha 4: pytest-playwright and pytest-asyncio clash):
-``make test-browser``. What the session sets up:
+``make test-browser``, over pytest-xdist workers (``--dist loadgroup``: a file's tests stay together on one
+worker, in order, as they may build on each other's rows, but for :data:`INDEPENDENT_TESTS`). What each worker's session sets up:
 
-1. a fresh database ``reclaimnet_browser_<pid>`` next to ``DATABASE_URL``'s (dropped at the end), migrated and
-   seeded with ``seed_campus --demo-users`` and ``seed_history``;
+1. a fresh database ``reclaimnet_browser_<pid>`` next to ``DATABASE_URL``'s (dropped at the end): a copy
+   (``CREATE DATABASE … TEMPLATE``) of one the run's first process migrated, seeded with ``seed_campus
+   --demo-users`` and ``seed_history`` and collected the static files for, once for all its workers;
 2. this process's Django connection is pointed at it (tests read and write rows there, e.g. to play the
    control plane), with ``DJANGO_ALLOW_ASYNC_UNSAFE`` because Playwright's sync API runs an event loop;
 3. ``collectstatic`` and a daphne subprocess on a free port, serving pages, static files (whitenoise) and
@@ -46,10 +48,48 @@ BROWSER_DB = f"reclaimnet_browser_{os.getpid()}"
 PASSWORD = "reclaimnet-demo"
 
 
+# The seeded database every worker's is copied from: made once per run by the process that runs first (xdist's
+# controller, or the only process), dropped by it at the end.
+TEMPLATE_DB_ENV = "RECLAIMNET_BROWSER_TEMPLATE_DB"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.environ.get(TEMPLATE_DB_ENV) or not _wants_browser(config):
+        return
+    try:
+        admin_url, _ = _database_urls()
+    except pytest.skip.Exception:
+        return  # each test skips with the reason
+    template = f"reclaimnet_browser_tpl_{os.getpid()}"
+    _psql(admin_url, f"DROP DATABASE IF EXISTS {template} WITH (FORCE)")
+    _psql(admin_url, f"CREATE DATABASE {template}")
+    env = _server_env(urlunsplit(urlsplit(admin_url)._replace(path=f"/{template}")))
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    _manage(env, "seed_campus", "--demo-users")
+    _manage(env, "seed_history")
+    _manage(env, "collectstatic", "--noinput", "-v", "0")
+    os.environ[TEMPLATE_DB_ENV] = template  # the workers, started after this, copy it
+    config.add_cleanup(lambda: _psql(admin_url, f"DROP DATABASE IF EXISTS {template} WITH (FORCE)"))
+
+
+def _wants_browser(config: pytest.Config) -> bool:
+    """Whether this run collects the browser tests (``make test``'s main run ignores them)."""
+    args = [str(a) for a in config.args]
+    return any("tests/browser" in a or a.rstrip("/").endswith("browser") for a in args)
+
+
+# Files whose tests only read the seeded campus: each test may run on any worker (the rest keep a file's tests
+# together on one, in order, for they build on each other's rows).
+INDEPENDENT_TESTS = ("test_tour.py",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/browser" in str(item.path):
             item.add_marker(pytest.mark.browser)
+            alone = item.path.name in INDEPENDENT_TESTS
+            item.add_marker(pytest.mark.xdist_group(item.nodeid if alone else item.path.name))
 
 
 def _database_urls() -> tuple[str, str]:
@@ -81,14 +121,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _server_env(database_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    # DEBUG off, as `make demo` and production run: the portal's own error pages, static files via whitenoise.
+    env.update({"DATABASE_URL": database_url, "RECLAIMNET_TESTING": "1", "PYTHONUNBUFFERED": "1", "DEBUG": "0"})
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    return env
+
+
 @pytest.fixture(scope="session")
 def server_env() -> dict[str, str]:
     _, browser_url = _database_urls()
-    env = dict(os.environ)
-    # DEBUG off, as `make demo` and production run: the portal's own error pages, static files via whitenoise.
-    env.update({"DATABASE_URL": browser_url, "RECLAIMNET_TESTING": "1", "PYTHONUNBUFFERED": "1", "DEBUG": "0"})
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    return env
+    return _server_env(browser_url)
 
 
 @pytest.fixture(scope="session")
@@ -99,11 +143,15 @@ def django_db_setup(django_db_blocker: Any, server_env: dict[str, str]) -> Itera
 
     admin_url, _ = _database_urls()
     _psql(admin_url, f"DROP DATABASE IF EXISTS {BROWSER_DB} WITH (FORCE)")
-    _psql(admin_url, f"CREATE DATABASE {BROWSER_DB}")
-    _manage(server_env, "migrate", "--noinput", "-v", "0")
-    _manage(server_env, "seed_campus", "--demo-users")
-    _manage(server_env, "seed_history")
-    _manage(server_env, "collectstatic", "--noinput", "-v", "0")
+    template = os.environ.get(TEMPLATE_DB_ENV)
+    if template:
+        _psql(admin_url, f"CREATE DATABASE {BROWSER_DB} TEMPLATE {template}")
+    else:  # a run that did not make the template (pytest_configure): seed this one
+        _psql(admin_url, f"CREATE DATABASE {BROWSER_DB}")
+        _manage(server_env, "migrate", "--noinput", "-v", "0")
+        _manage(server_env, "seed_campus", "--demo-users")
+        _manage(server_env, "seed_history")
+        _manage(server_env, "collectstatic", "--noinput", "-v", "0")
     connections["default"].close()
     settings.DATABASES["default"]["NAME"] = BROWSER_DB
     connections["default"].settings_dict["NAME"] = BROWSER_DB
@@ -134,7 +182,8 @@ def db_access(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
 def live_url(django_db_setup: None, server_env: dict[str, str]) -> Iterator[str]:
     """A daphne subprocess serving the portal against the browser-test database."""
     port = _free_port()
-    log = (ROOT / "test-artifacts").joinpath("daphne-browser.log")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # one daphne (and database) per xdist worker
+    log = (ROOT / "test-artifacts").joinpath(f"daphne-browser-{worker}.log" if worker else "daphne-browser.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         proc = subprocess.Popen(

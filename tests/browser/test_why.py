@@ -42,6 +42,7 @@ def test_a_queued_job_says_why_it_waits_and_the_reason_follows_the_campus_live(
     expect(why).not_to_contain_text("#")
     screenshot(page, "why-it-waits")
 
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")  # following the job's events
     page.evaluate("window.__sameDocument = true")
     try:
         # Play the control plane: the A100's owner starts reclaiming it; the job's page hears of it and re-reads.
@@ -82,7 +83,9 @@ def test_the_timeline_says_in_plain_words_why_each_placement_and_migration_went_
     expect(placed).to_contain_text(f"Runners-up: {second.name} (reclaim risk 0.053/h), {third.name}")
     expect(placed).to_contain_text("3 nodes had room for it")
 
-    # … then its node is reclaimed and P2 scores the destinations (design §5 p2 response); it arrives live.
+    # … then its node is reclaimed and P2 scores the destinations (design §5 p2 response); it arrives live (an
+    # event published before the page follows the job's group is lost: wait until it does).
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     page.evaluate("window.__sameDocument = true")
     now = timezone.now()
     reclaim = ReclaimEvent.objects.create(node=first, kind="scheduled", notice_s=600,
