@@ -138,8 +138,8 @@ def select_gang_destinations(req: GangRequest) -> GangDecision:
             continue
         restore = float(transfer[np.arange(n_members), pick].max())
         s_set = float(np.prod(surv[pick]))
-        narrowest = min((float(index.bottleneck_from(a, np.array([b]))[0]) for i, a in enumerate(nodes)
-                         for b in nodes[i + 1:]), default=np.inf)
+        narrowest = min((float(index.bottleneck_from(a, np.array(nodes[i + 1:])).min())
+                         for i, a in enumerate(nodes[:-1])), default=np.inf)
         sync = req.shard_bytes / narrowest if np.isfinite(narrowest) else 0.0
         scored[nodes] = (restore + sync + req.alpha * (1.0 - s_set) * restore, restore, s_set, narrowest)
     if not scored:

@@ -144,7 +144,7 @@ def build(n_nodes: int, *, seed: int = 0, samples_per_link: int = 1440, now: dt.
                    for count in [min(CHECKPOINT_HISTORY, 1 + int((now - job.started_at).total_seconds() // 1800))]
                    for seq in range(1, count + 1)]
         Checkpoint.objects.bulk_create(history, batch_size=5000)
-        ckpts = [c for k, c in enumerate(history) if k + 1 == len(history) or history[k + 1].job is not c.job]
+        ckpts = list({c.job_id: c for c in history}.values())  # each job's newest (history is in sequence order)
         replica = Checkpoint.replica_nodes.through
         replica.objects.bulk_create([replica(checkpoint_id=c.pk, node_id=nodes[(k * 7 + 1) % n_nodes].pk)
                                      for k, c in enumerate(ckpts)], batch_size=5000)

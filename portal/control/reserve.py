@@ -23,6 +23,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from portal.control.link import commands
+from portal.core.campus import IN_LIST_MAX
 from portal.core.models import Link, LinkClassSample, LinkReserve, LinkScope, Node, ReserveSource
 from portal.core.services.audit import audit
 from scheduler.reserve import (
@@ -34,7 +35,6 @@ from scheduler.reserve import (
 
 SAMPLE_KEEP_S = RESERVE_WINDOW_S + 86400.0  # the window plus a day of slack for a late calibration
 RESEARCH_USE_MAX_AGE_S = 120.0  # research use older than this is not "measured now"
-IN_LIST_MAX = 64  # above this many links a read takes the whole table (portal.core.campus does the same)
 
 
 class ReserveError(ValueError):

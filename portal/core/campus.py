@@ -68,8 +68,9 @@ from scheduler.topology import CampusTree
 PRIOR_HAZARD_PER_S = 1 / 3600.0  # one emergency reclaim per lent hour until the estimator has data
 HAZARD_FLOOR_PER_S = 1e-9  # P1's interval and P2's survival need λ > 0
 HOURS = 24
-# Above this many nodes the hazard query reads the whole table instead of a long IN list.
-_IN_LIST_MAX = 64
+# Above this many rows asked for, a read takes the whole table instead of a long IN list (the hazard read here,
+# the links' reserve and research use in portal.control.reserve).
+IN_LIST_MAX = 64
 
 
 # --- hazard ------------------------------------------------------------------------------------------------------
@@ -91,12 +92,12 @@ def hazard_upper_by_hour(
         return out if hour is None else out[:, 0]
     index = {pk: i for i, pk in enumerate(node_pks)}
     if provider_of is None:
-        nodes = Node.objects.all() if n > _IN_LIST_MAX else Node.objects.filter(pk__in=list(node_pks))
+        nodes = Node.objects.all() if n > IN_LIST_MAX else Node.objects.filter(pk__in=list(node_pks))
         provider_of = {pk: provider for pk, provider in nodes.values_list("pk", "provider_id") if pk in index}
     rows = HazardEstimate.objects.all()
     if hour is not None:
         rows = rows.filter(hour_of_day=hour % HOURS)
-    if n <= _IN_LIST_MAX:
+    if n <= IN_LIST_MAX:
         providers = sorted({p for p in provider_of.values() if p is not None})
         rows = rows.filter(Q(scope=HazardScope.CAMPUS) | Q(scope=HazardScope.PROVIDER, provider_id__in=providers)
                            | Q(scope=HazardScope.NODE, node_id__in=list(node_pks)))

@@ -50,7 +50,7 @@ def request(n_buildings: int = 2, per_building: int = 3, **fields: Any) -> GangR
 
 
 def test_a_gang_gets_every_member_or_nothing_and_says_how_many_nodes_could_hold_one() -> None:
-    free = np.array([2, 0, 0, 0, 0, 1])  # only two nodes have 2 GPUs free
+    free = np.array([2, 0, 0, 0, 0, 1])  # only node 0 has 2 GPUs free
     d = select_gang_destinations(request(free_gpus=free, members=3, gpus_per_member=2))
     assert d.destinations is None and d.feasible_nodes == 1
     assert d.reason == "1 nodes can hold a member of 2 GPUs; the gang needs 3"
