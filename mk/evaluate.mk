@@ -7,7 +7,10 @@
 # `evaluate-families` runs every online policy on six trace families (design §21.5; scheduler/sim/families.py),
 # 8 seeds each, paired, over 2 processes, and writes a regret report per family to reports/families/ (gitignored);
 # its last line is `families: ...`. `evaluate-families-quick` is the same, tiny (6 nodes, 1 day, 2 seeds).
-.PHONY: evaluate evaluate-quick evaluate-families evaluate-families-quick
+# `evaluate-gangs` runs ReclaimNet against gang kill-and-requeue on the campus with gang and elastic jobs (design
+# §21.6; scheduler/sim/gangs.py), 8 seeds, about 1.5 minutes; its last line is `gangs: ...`. `make evaluate` prints
+# the same rows above its own last lines.
+.PHONY: evaluate evaluate-quick evaluate-families evaluate-families-quick evaluate-gangs
 
 evaluate: venv
 	$(PY) scripts/evaluate.py --out reports/evaluation
@@ -20,3 +23,6 @@ evaluate-families: venv
 
 evaluate-families-quick: venv
 	$(PY) scripts/evaluate_families.py --out reports/families-quick --jobs 2 --quick
+
+evaluate-gangs: venv
+	$(PY) scripts/evaluate_gangs.py --out reports/gangs --jobs 2

@@ -13,6 +13,8 @@ are the pure parts the portal, the simulator and the what-if page share:
   the longest of their plans at that hazard (the checkpoint completes when the slowest shard is written).
 - :func:`shrink_or_move` — for an elastic job that loses some of its GPUs to a reclaim: shrink (keep running on
   what is left, if that is at or above its minimum) or move whole, by which costs it fewer GPU-seconds.
+- :func:`grow_pays` — whether an elastic job offered freed GPUs should take them: the wall time it saves against
+  the save and re-rendezvous it costs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from scheduler.topology import BottleneckIndex, CampusTree
 
 __all__ = [
     "ElasticChoice", "GangDecision", "GangRequest", "coordinated_interval_s", "gang_hazard_per_s",
-    "select_gang_destinations", "shrink_or_move",
+    "grow_pays", "select_gang_destinations", "shrink_or_move",
 ]
 
 _UNREACHABLE_S = 1e18  # a rank that cannot be restored on a node in time (assignment costs must be finite)
@@ -227,3 +229,20 @@ def shrink_or_move(*, gpus_now: int, gpus_reclaimed: int, min_gpus: int, checkpo
            + (f"{shrink:.0f} to shrink" if shrink is not None else f"{after} GPUs left, below its minimum of "
               f"{min_gpus}"))
     return ElasticChoice("move", gpus_now, shrink, move, why)
+
+
+GROW_SAFETY = 2.0  # growing must save this many times what it costs (a reclaim may cut the rest of the job short)
+
+
+def grow_pays(*, remaining_s: float, gpus_now: int, gpus_after: int, checkpoint_s: float, restart_s: float) -> bool:
+    """Whether an elastic job running ``gpus_now`` GPUs with ``remaining_s`` of wall time left should grow to
+    ``gpus_after`` (design §3 "Elastic"): with work shared evenly over its GPUs, the rest takes
+    remaining·now/after, so growing saves remaining·(1 − now/after) seconds; it costs a save and a
+    re-rendezvous (``checkpoint_s`` + ``restart_s``) during which the job does no work. It pays when the saving
+    is at least GROW_SAFETY times the cost."""
+    if gpus_now < 1 or gpus_after <= gpus_now:
+        raise ValueError("need 1 <= gpus_now < gpus_after")
+    if min(remaining_s, checkpoint_s, restart_s) < 0:
+        raise ValueError("times must be >= 0 seconds")
+    saved_s = remaining_s * (1.0 - gpus_now / gpus_after)
+    return saved_s >= GROW_SAFETY * (checkpoint_s + restart_s)

@@ -26,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import evaluate_gangs  # scripts/, beside this file
 from hazard_drift import reconvergence  # scripts/, beside this file
 
 from scheduler.estimators import adaptivity_gap
@@ -774,6 +775,11 @@ def main(argv: list[str] | None = None) -> int:
                                                        main_rows["static-budget"]["work_lost_gpu_h"]),
                         # design §16.5: the fair queue beside fifo, per group
                         "queue_rows": queue_rows})
+    # design §21.6: gang and elastic jobs, ReclaimNet against gang kill-and-requeue (2 seeds with --quick)
+    gang_rows = evaluate_gangs.run(seeds=2 if args.quick else 8, jobs=args.jobs, quick=args.quick)
+    evaluate_gangs.write(out, gang_rows)
+    print()
+    print("\n".join(evaluate_gangs.lines(gang_rows)))
     d0 = drift_rows[0]
     print(f"\nTheorem 2 adaptivity gap ({GAP_CKPT_BYTES[0] / 1e6:g} MB job): predicted {100 * predicted:.2f}%, "
           f"measured {100 * measured:.2f}%; hazard re-convergence after the 1.7x step at {d0['hazard_per_node_h']}/h: "

@@ -33,7 +33,7 @@ from scheduler.sim.states import (
     RUNNING,
     WAITNODE,
 )
-from scheduler.sim.trace import Trace
+from scheduler.sim.trace import Trace, TraceError, gang_columns
 from scheduler.topology import CampusTree
 
 BIG_S = 1e18
@@ -129,6 +129,10 @@ class Simulator(ControlMixin, PlacementMixin):
         self.bw = self._sampled("bandwidth", lk["bytes_per_s"])
         self.res = self._sampled("research", np.zeros(self.n_links))
         jb = trace.tables["jobs"]
+        members, low = gang_columns(trace)
+        if np.any(members > 1) or np.any(low < members):
+            raise TraceError("jobs.members", "gang and elastic jobs (members > 1 or min_members < members) are "
+                                             "simulated by scheduler.sim.gangs")
         self.J = len(jb["id"])
         self.job_ids = tuple(str(x) for x in jb["id"])
         self.submit, self.jg = jb["submit_s"].astype(float), jb["gpus"].astype(float)

@@ -6,6 +6,9 @@ Two optional keys beyond design §7 are understood: ``horizon_s`` (simulation en
 ``t_s, per_s``: the generator's true per-node emergency hazard, used only to score the estimator).
 The fair queue (design §16.5) adds an optional ``groups`` table (``id, share``, optional quotas ``max_gpus``,
 ``max_gpu_h_30d``) and an optional ``group`` per job; a trace without them is one group, ``default``.
+Gangs and elastic ranges (design §3 "Gangs", "Elastic") add two optional job columns: ``members`` (nodes the job
+spans, ``gpus`` on each; missing = 1) and ``min_members`` (an elastic job's smallest size; missing = ``members``,
+a rigid job). `scheduler.sim.gangs` simulates them; `scheduler.sim.engine` refuses a trace that has them.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ TABLES: dict[str, tuple[str, ...]] = {
     "hazard": ("t_s", "per_s"),
     "groups": ("id", "share", "max_gpus", "max_gpu_h_30d"),
 }
-TABLES["jobs"] = (*TABLES["jobs"], "group")
+TABLES["jobs"] = (*TABLES["jobs"], "group", "members", "min_members")
 DEFAULT_GROUP = "default"
 STR_COLS = {("nodes", "id"), ("nodes", "building"), ("links", "id"), ("links", "a"), ("links", "b"),
             ("jobs", "id"), ("reclaims", "node"), ("bandwidth", "link"), ("research", "link")}
 STR_COLS |= {("jobs", "group"), ("groups", "id")}
 OPTIONAL_COLS = {("reclaims", "return_s")}
 OPTIONAL_COLS |= {("jobs", "group"), ("groups", "max_gpus"), ("groups", "max_gpu_h_30d")}
+OPTIONAL_COLS |= {("jobs", "members"), ("jobs", "min_members")}
 STR_DEFAULTS = {("jobs", "group"): DEFAULT_GROUP}  # optional string columns: the value of a missing cell
 OPTIONAL_TABLES = {"hazard", "research", "groups"}
 REQUIRED_TABLES = ("nodes", "links", "jobs", "reclaims", "bandwidth")
@@ -176,6 +180,7 @@ def validate(tr: Trace) -> None:
             raise TraceError(f"jobs.{c}", f"must be {'>' if strict else '>='} {lo:g}")
     if np.any(j["gpus"] < 1) or np.any(j["gpus"] != np.round(j["gpus"])):
         raise TraceError("jobs.gpus", "must be a positive integer")
+    _validate_gangs(j)
     _validate_groups(tr)
     r = tr.tables["reclaims"]
     if any(n not in node_set for n in r["node"]):
@@ -197,6 +202,35 @@ def validate(tr: Trace) -> None:
             raise TraceError(f"{t}.bytes_per_s", "must be >= 0")
         if np.any(tr.col(t, "t_s") < 0):
             raise TraceError(f"{t}.t_s", "must be >= 0")
+
+
+def _validate_gangs(jobs: dict[str, np.ndarray]) -> None:
+    """design §3 "Gangs", "Elastic": members a positive integer, 1 <= min_members <= members (missing: 1, members)."""
+    members = jobs.get("members")
+    if members is None:
+        return
+    members = np.where(np.isnan(members), 1.0, members)
+    if np.any(members < 1) or np.any(members != np.round(members)):
+        raise TraceError("jobs.members", "must be a positive integer")
+    low = jobs.get("min_members")
+    if low is None:
+        return
+    low = np.where(np.isnan(low), members, low)
+    if np.any(low != np.round(low)) or np.any(low < 1):
+        raise TraceError("jobs.min_members", "must be a positive integer")
+    if np.any(low > members):
+        raise TraceError("jobs.min_members", "must be <= members")
+
+
+def gang_columns(tr: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per job, (members, min_members) as integers: 1 and ``members`` where the trace leaves them out."""
+    jobs = tr.tables["jobs"]
+    n = len(jobs["id"])
+    members = jobs.get("members")
+    members = np.ones(n) if members is None else np.where(np.isnan(members), 1.0, members)
+    low = jobs.get("min_members")
+    low = members.copy() if low is None else np.where(np.isnan(low), members, low)
+    return members.astype(np.int64), low.astype(np.int64)
 
 
 def _validate_groups(tr: Trace) -> None:

@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.gang import (
+    GROW_SAFETY,
     GangRequest,
     coordinated_interval_s,
     gang_hazard_per_s,
+    grow_pays,
     select_gang_destinations,
     shrink_or_move,
 )
@@ -205,3 +207,14 @@ def test_bad_elastic_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match="times must be >= 0"):
         shrink_or_move(gpus_now=2, gpus_reclaimed=1, min_gpus=1, checkpoint_s=0.0, restart_s=0.0,
                        move_transfer_s=-1.0, regrow_s=0.0)
+
+
+def test_growing_pays_only_when_the_wall_time_saved_is_twice_the_save_and_rendezvous() -> None:
+    """design §3 "Elastic": from 2 to 4 GPUs the rest of the job takes half as long; the save and the restart
+    (10 s + 30 s) must cost at most 1/GROW_SAFETY of what that saves."""
+    cost_s = 40.0
+    at_edge = 2 * GROW_SAFETY * cost_s  # saves remaining/2 = GROW_SAFETY * cost
+    assert grow_pays(remaining_s=at_edge, gpus_now=2, gpus_after=4, checkpoint_s=10.0, restart_s=30.0)
+    assert not grow_pays(remaining_s=at_edge - 1.0, gpus_now=2, gpus_after=4, checkpoint_s=10.0, restart_s=30.0)
+    with pytest.raises(ValueError):
+        grow_pays(remaining_s=100.0, gpus_now=4, gpus_after=4, checkpoint_s=1.0, restart_s=1.0)

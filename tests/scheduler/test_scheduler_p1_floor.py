@@ -55,7 +55,9 @@ def scipy_floored_optimum(lam: np.ndarray, c: np.ndarray, budget: float, cap: np
         )
         x = np.clip(res.x, 1e-12, upper)
         x = x / x.sum()
-        value = float(np.sum(floored_cost(lam, c, x * total, floor_s)))
+        # renormalising can lift a capped share past its cap: price the point with the caps held (feasible,
+        # and never cheaper than the point itself), or the reference could beat the optimum by breaking a bound
+        value = float(np.sum(floored_cost(lam, c, np.minimum(x * total, cap), floor_s)))
         if value < best:
             best, best_x = value, x
     return best

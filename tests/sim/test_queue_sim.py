@@ -36,9 +36,10 @@ def test_an_old_trace_loads_as_one_group(tmp_path: Path):
     # a CSV folder written before groups existed (no group column) loads the same way
     save(tr, tmp_path / "csv")
     jobs_csv = tmp_path / "csv" / "jobs.csv"
-    lines = jobs_csv.read_text().splitlines()
-    jobs_csv.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
-    assert "group" not in lines[0].rsplit(",", 1)[0]
+    lines = [line.split(",") for line in jobs_csv.read_text().splitlines()]
+    at = lines[0].index("group")
+    jobs_csv.write_text("\n".join(",".join(cells[:at] + cells[at + 1:]) for cells in lines) + "\n")
+    assert "group" not in jobs_csv.read_text().splitlines()[0].split(",")
     assert list(load(tmp_path / "csv").col("jobs", "group")) == ["default", "default"]
     r = simulate(tr, get_policy("reclaimnet+fair"))
     assert r.group_ids == ("default",)
