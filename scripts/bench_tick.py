@@ -5,7 +5,9 @@ lendable GPUs, a week of departures, a day of bandwidth samples at one a minute 
 ``portal.control.loop.ticks.control_tick`` runs as the portal runs it — estimators, lost heartbeats, deadlines,
 expired transfers, P1 for every running job, expired starts, placement of the queue, releases — 3 times to
 warm up and 20 times measured, 10 s apart on an injected clock (the default control period), with the agents'
-heartbeats and one bandwidth sample per link written between ticks (not timed). Printed per size: the median and spread of the tick and its SQL statement count; the last
+heartbeats and one bandwidth sample per link written between ticks (not timed). Printed first: the host's speed as
+the best of three runs of a fixed pure-Python loop (``host_reference_s``), so figures from two machines can be
+compared. Printed per size: the median and spread of the tick and its SQL statement count; the last
 line is ``bench-tick: 500 nodes X ms, 5000 nodes Y ms, queries at 500 Q1, queries at 5000 Q2``.
 
     python scripts/bench_tick.py [--sizes 54,500,5000] [--ticks 20] [--samples-per-link 1440]
@@ -29,6 +31,19 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_URL = "postgres://reclaimnet@127.0.0.1:5432/reclaimnet"
 CONTROL_PERIOD_S = 10.0  # the portal's default RECLAIMNET_CONTROL_PERIOD_S
+
+
+def host_reference_s(steps: int = 10**7) -> float:
+    """Seconds for ``steps`` additions in a pure-Python loop, best of three: the host's speed, printed beside the
+    tick's figures (the tick is mostly Python and PostgreSQL's executor on the same cores)."""
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        total = 0
+        for k in range(steps):
+            total += k
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def _admin(url: str, sql: str) -> None:
@@ -143,6 +158,7 @@ def main() -> int:
         print(json.dumps(measure(args.child, args.ticks, args.samples_per_link, args.profile)))
         return 0
     url, name = _bench_url(os.environ.get("DATABASE_URL", DEFAULT_URL))
+    print(f"host reference: a 10^7-step Python loop in {host_reference_s():.2f} s", flush=True)
     results: dict[int, dict[str, object]] = {}
     for size in [int(s) for s in args.sizes.split(",")]:
         _admin(url, f'DROP DATABASE IF EXISTS "{name}"')
