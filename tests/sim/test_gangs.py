@@ -124,3 +124,20 @@ def test_reclaimnet_loses_less_than_slurms_gang_kill_and_requeue_on_the_gang_cam
     slurm = simulate_gangs(trace, "slurm-gang").summary()
     assert ours["work_lost_gpu_h"] < slurm["work_lost_gpu_h"]  # 8 seeds of 7 days: 61% less (design §21.6)
     assert ours["jobs_done"] >= slurm["jobs_done"]
+
+
+def test_the_simulator_cli_runs_a_gang_trace_on_the_gang_policies_and_names_a_policy_it_lacks(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from scheduler.sim.__main__ import main
+    from scheduler.sim.trace import save
+
+    path = tmp_path / "gangs.json"
+    save(campus([{"id": "g", "members": 2}], [away("n0", 3600.0, 600.0, 80000.0)]), path)
+    assert main(["--trace", str(path), "--policy", "reclaimnet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "reclaimnet" and out["moves"] == 1 and out["lost_gpu_h"] == 0.0
+    assert main(["--trace", str(path), "--policy", "static"]) == 2
+    err = json.loads(capsys.readouterr().out)
+    assert err["field"] == "policy" and "slurm-gang" in err["error"]
