@@ -115,7 +115,9 @@ def test_floored_groups_equal_separate_calls(insts: list, floor_s: float) -> Non
     together = allocate_checkpoint_bandwidth(lam, c, budgets, cap, group, min_interval_s=floor_s)
     for g, (la, cc, bb, cp, _) in enumerate(insts):
         alone = allocate_checkpoint_bandwidth(la, cc, bb, cp, min_interval_s=floor_s)
-        assert np.allclose(together[group == g], alone, rtol=1e-12)
+        # to rounding: the water levels come from cumulative sums over every group at once (one pass, no loop
+        # per node), so a group's sums carry the rounding of the groups before it (Hypothesis found 2e-12)
+        assert np.allclose(together[group == g], alone, rtol=1e-9)
 
 
 def test_tiny_checkpoint_is_told_the_floor_not_half_a_second() -> None:
