@@ -26,7 +26,9 @@ policies (`GANG_POLICIES`) is which of them a policy uses:
 - ``slurm-gang``: Slurm as a campus runs it: first fit, a fixed 10-minute checkpoint, kill and requeue.
 
 Every policy starts an elastic job at what is free within its range (Slurm's ``--nodes=min-max``); only
-ReclaimNet changes its size afterwards. Simplifications, the same for every policy: links' available bandwidth is
+ReclaimNet changes its size afterwards. The queue is FIFO with backfill and one reservation: once a job cannot
+start, no later job (and no growth) takes a node it could use. The estimator's prior comes from a calibration trace
+when one is given (the campus's previous period), else from the evaluated trace's first week. Simplifications, the same for every policy: links' available bandwidth is
 the trace's link rate less its mean research traffic; a restore copies each rank's shard from where the last
 complete checkpoint lies (the member's node, or its building peer once the node is gone) at MIGRATION_FRACTION of
 each link on the path; no admission control (design §4's P3 is evaluated by `scheduler.sim.engine`).
@@ -117,8 +119,10 @@ class GangResult:
 class GangSimulator:
     """One policy on one trace with gang and elastic jobs. `run()` returns a GangResult."""
 
-    def __init__(self, trace: Trace, policy: GangPolicy, period_s: float = 600.0) -> None:
+    def __init__(self, trace: Trace, policy: GangPolicy, period_s: float = 600.0,
+                 calibration: Trace | None = None) -> None:
         self.tr, self.pol, self.period_s = trace, policy, float(period_s)
+        self.calibration = calibration  # where the estimator's prior is read from (the campus's previous period)
         nd = trace.tables["nodes"]
         self.node_ids = tuple(str(x) for x in nd["id"])
         self.n_nodes = len(self.node_ids)
@@ -167,12 +171,15 @@ class GangSimulator:
         return np.where(count > 0, total / np.maximum(count, 1), 0.0)
 
     def _prior_hazard_per_s(self) -> float:
-        """The estimator's prior: the emergency rate of the trace's first week per node (what a campus knows from
-        its logs before it switches ReclaimNet on), as `scheduler.sim.engine` takes it."""
-        week = min(7 * 86400.0, self.tr.horizon_s)
-        n_week = float(np.sum((self.rc_notice == 0) & (self.rc_t < week)))
-        gone_from = np.minimum(self.rc_t + self.rc_notice, week)
-        back_at = np.minimum(np.nan_to_num(self.rc_ret, nan=week), week)
+        """The estimator's prior: the emergency rate per lent node-second over the first week of the calibration
+        trace (the campus's previous period, design §21.5), or of the evaluated trace when none is given."""
+        tr = self.calibration if self.calibration is not None else self.tr
+        rc = tr.tables["reclaims"]
+        rc_t, notice, ret = (rc[c].astype(float) for c in ("t_s", "notice_s", "return_s"))
+        week = min(7 * 86400.0, tr.horizon_s)
+        n_week = float(np.sum((notice == 0) & (rc_t < week)))
+        gone_from = np.minimum(rc_t + notice, week)
+        back_at = np.minimum(np.nan_to_num(ret, nan=week), week)
         lent_s = max(self.n_nodes * week - float(np.sum(np.maximum(back_at - gone_from, 0.0))), week)
         return max((n_week + 1.0) / lent_s, 1e-8)
 
@@ -206,7 +213,7 @@ class GangSimulator:
             self._push(e * self.period_s, "epoch", e)
 
     def _push(self, t: float, kind: str, arg: int, token: int = 0) -> None:
-        order = {"epoch": 0, "return": 1, "deadline": 2, "notice": 3, "restore": 4, "submit": 5}[kind]
+        order = {"epoch": 0, "return": 1, "deadline": 2, "notice": 3, "restore": 4, "requeue": 4, "submit": 5}[kind]
         self.seq += 1
         heapq.heappush(self.heap, (float(t), order, self.seq, kind, arg, token))
 
@@ -265,9 +272,10 @@ class GangSimulator:
         self.members[j] = []
 
     def _shard_homes(self, j: int) -> list[int]:
-        """Where the job's last complete checkpoint's shards lie: each member's node while it is lent, else the
-        building peer its shard was pre-synced to."""
-        return [n if self.lent[n] else int(self.peer[n]) for n in (self.holders[j] or self.members[j])]
+        """Where to read the job's last complete checkpoint's shards from: each holder while it is lent and not
+        being reclaimed, else the building peer its shard was pre-synced to."""
+        return [n if self.lent[n] and not self.pending[n] else int(self.peer[n])
+                for n in (self.holders[j] or self.members[j])]
 
     # ---- job transitions -------------------------------------------------------------------------
     def _restore(self, j: int, nodes: list[int], t: float, after_s: float) -> None:
@@ -338,10 +346,13 @@ class GangSimulator:
         delta = np.zeros(self.J)
         delta[member_job] = interval
         for j in (running if jobs is None else np.array(jobs, dtype=np.int64)):
-            d_new = float(delta[j])
-            if self.pos[j] >= d_new and self.pos[j] < self.delta[j]:
+            d_new, s_new = float(delta[j]), float(stall[j])
+            if self.pos[j] >= self.delta[j]:  # mid-write: the write goes on, its rest at most a new write long
+                left_s = self.delta[j] + self.stall[j] - self.pos[j]
+                self.pos[j] = d_new + max(s_new - left_s, 0.0)
+            elif self.pos[j] >= d_new:
                 self.pos[j] = d_new  # past the new interval mid-work: the checkpoint starts now
-            self.delta[j], self.stall[j] = d_new, float(stall[j])
+            self.delta[j], self.stall[j] = d_new, s_new
 
     # ---- events ----------------------------------------------------------------------------------
     def _advance(self, dt: float) -> None:
@@ -365,15 +376,19 @@ class GangSimulator:
         """FIFO with backfill (requeued jobs first): each job whole, at its full size or, elastic, at what is
         free down to its minimum."""
         keep: list[int] = []
+        head_needs = np.zeros(self.n_nodes, dtype=bool)  # the nodes the first job that cannot start could use
         for j in self.queue:
             found = None
-            holders = self.holders[j] or None
+            holders = self._shard_homes(j) if self.holders[j] else None
+            free = np.where(head_needs, 0.0, self.free)
             for k in range(int(self.M[j]), int(self.kmin[j]) - 1, -1):
-                found = self._find_set(j, k, t, holders, self.free)
+                found = self._find_set(j, k, t, holders, free)
                 if found is not None:
                     break
             if found is None:
                 keep.append(j)
+                if not head_needs.any():  # one reservation, as EASY backfill keeps for the queue's head
+                    head_needs = self._fits(j, self.free)
                 continue
             nodes, restore_s = found
             self._occupy(j, nodes)
@@ -382,6 +397,10 @@ class GangSimulator:
             else:
                 self._restore(j, nodes, t, restore_s)
         self.queue = keep
+
+    def _fits(self, j: int, free: np.ndarray) -> np.ndarray:
+        """Per node: open and able to hold one of job j's members now."""
+        return self._open() & (free >= self.G[j]) & (self.vram >= self.jvram[j]) & (self.cap >= self.jcap[j])
 
     def _regrow_s(self, j: int, t: float, free: np.ndarray) -> float:
         """shrink_or_move's estimate of when an elastic job gets GPUs back: the next control period if a node is
@@ -413,10 +432,17 @@ class GangSimulator:
                 self.res.shrinks += 1
                 self.free[n] += self.G[j]
                 self.members[j] = [m for m in self.members[j] if m != n]
-                self._restore(j, self.members[j], t, save_s + float(self.Tr[j]))
+                # the shards re-partition over the members left (the lost rank's read from where it lies)
+                self._restore(j, self.members[j], t, save_s + self._restore_s(j, self.members[j], homes))
                 return
         if move is None:
-            self._requeue(j)
+            if save_s > 0:  # the save runs to its end on the members, then the job waits in the queue
+                self.st[j] = RESTART
+                self.size[j] = 0
+                self.token[j] += 1
+                self._push(t + save_s, "requeue", j, int(self.token[j]))
+            else:
+                self._requeue(j)
             return
         nodes, restore_s = move
         if save_s > 0:
@@ -487,10 +513,7 @@ class GangSimulator:
             return
         free = self.free.copy()
         if self.queue:
-            head = self.queue[0]
-            ok = self._open() & (free >= self.G[head]) & (self.vram >= self.jvram[head]) & (self.cap >= self.jcap[head])
-            for n in np.flatnonzero(ok)[: int(self.kmin[head])]:
-                free[n] -= self.G[head]  # kept for the head of the queue
+            free[self._fits(self.queue[0], free)] = 0.0  # the nodes the queue's head could use stay its own
         for j in np.flatnonzero((self.st == RUNNING) & (self.size < self.M)):
             j = int(j)
             k = len(self.members[j])
@@ -544,10 +567,9 @@ class GangSimulator:
             if t_fin <= t_heap:
                 for j in finishing.tolist():
                     self._finish(j)
-            else:
-                while self.heap and self.heap[0][0] <= t:
-                    _, _, _, kind, arg, token = heapq.heappop(self.heap)
-                    self._dispatch(kind, arg, token, t)
+            while self.heap and self.heap[0][0] <= t:  # every event at t before the queue is looked at
+                _, _, _, kind, arg, token = heapq.heappop(self.heap)
+                self._dispatch(kind, arg, token, t)
             # after everything that happened at t: queued jobs first, then growth into what they leave
             self._place(t)
             self._grow(t)
@@ -575,12 +597,16 @@ class GangSimulator:
             self._on_return(arg, t)
         elif kind == "restore" and self.st[arg] == RESTART and token == self.token[arg]:
             self._run(arg, t)
+        elif kind == "requeue" and self.st[arg] == RESTART and token == self.token[arg]:
+            self._requeue(arg)
 
 
-def simulate_gangs(trace: Trace, policy: str | GangPolicy, period_s: float = 600.0) -> GangResult:
-    """Run one policy (a `GANG_POLICIES` name or a GangPolicy) on a trace with gangs and elastic ranges."""
+def simulate_gangs(trace: Trace, policy: str | GangPolicy, period_s: float = 600.0,
+                   calibration: Trace | None = None) -> GangResult:
+    """Run one policy (a `GANG_POLICIES` name or a GangPolicy) on a trace with gangs and elastic ranges;
+    ``calibration``: the trace the estimator's prior is read from (default: the evaluated one)."""
     pol = GANG_POLICIES[policy] if isinstance(policy, str) else policy
-    return GangSimulator(trace, pol, period_s=period_s).run()
+    return GangSimulator(trace, pol, period_s=period_s, calibration=calibration).run()
 
 
 def gang_campus(seed: int = 1, *, days: float = 7.0, hazard_x: float = 4.0, load: float = 0.6,

@@ -141,3 +141,40 @@ def test_the_simulator_cli_runs_a_gang_trace_on_the_gang_policies_and_names_a_po
     assert main(["--trace", str(path), "--policy", "static"]) == 2
     err = json.loads(capsys.readouterr().out)
     assert err["field"] == "policy" and "slurm-gang" in err["error"]
+
+
+def test_no_job_ever_progresses_faster_than_its_size_allows_even_when_p1_replans_it_mid_write() -> None:
+    """A re-plan that shortens Δ or s while a coordinated save is being written must not close the cycle early
+    and credit work never done."""
+    sim = GangSimulator(gang_campus(1, days=2.0), GANG_POLICIES["reclaimnet"])
+    advance = sim._advance
+    worst = [0.0]
+
+    def checked(dt: float) -> None:
+        before, rate = sim.prog.copy(), sim.size / sim.M
+        advance(dt)
+        worst[0] = max(worst[0], float(np.max(sim.prog - before - dt * rate)))
+
+    sim._advance = checked  # type: ignore[method-assign]
+    sim.run()
+    assert worst[0] <= 1e-6
+
+
+def test_a_save_that_fits_the_notice_ends_before_the_gang_waits_and_it_then_reads_from_the_peers() -> None:
+    """20 GB over two ranks: the save (about 114 s) fits a 150 s notice, the copy to another set does not, so the
+    gang saves, waits in the queue, and restores from the building peers (the reclaimed node is gone)."""
+    trace = campus([{"id": "g", "members": 2, "ckpt_bytes": 20e9}], [away("n0", 3600.0, 150.0, 80000.0)])
+    sim = GangSimulator(trace, GANG_POLICIES["reclaimnet"])
+    restores: list[tuple[float, list[int]]] = []
+    restore = sim._restore
+
+    def watch(j: int, nodes: list[int], t: float, after_s: float) -> None:
+        restores.append((t, list(sim._shard_homes(j))))
+        restore(j, nodes, t, after_s)
+
+    sim._restore = watch  # type: ignore[method-assign]
+    r = sim.run()
+    assert r.lost_gpu_s == 0.0 and r.jobs_done == 1 and r.requeues == 1
+    t_restore, homes = restores[0]
+    assert t_restore >= 3600.0 + 100.0  # after the save, not at the notice
+    assert 0 not in homes  # nothing is read from n0
