@@ -248,7 +248,7 @@ class GangSimulator:
             if d.destinations is None:
                 return None
             return list(d.destinations), (0.0 if holders is None else d.restore_s)
-        ok = (self._open() & (free >= self.G[j]) & (self.vram >= self.jvram[j]) & (self.cap >= self.jcap[j]))
+        ok = self._fits(j, free)
         cand = np.flatnonzero(ok)
         if cand.size < k:
             return None
@@ -405,7 +405,7 @@ class GangSimulator:
     def _regrow_s(self, j: int, t: float, free: np.ndarray) -> float:
         """shrink_or_move's estimate of when an elastic job gets GPUs back: the next control period if a node is
         free for a member now, else the rest of its run (it may never regrow)."""
-        ok = self._open() & (free >= self.G[j]) & (self.vram >= self.jvram[j]) & (self.cap >= self.jcap[j])
+        ok = self._fits(j, free)
         if ok.any():
             return self.period_s
         rate = max(len(self.members[j]) - 1, 1) / self.M[j]
