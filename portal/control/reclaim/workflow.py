@@ -190,8 +190,9 @@ def resume_from(work: MigrationWork, ckpt: Checkpoint, holder_pk: int, dest_pk: 
 
 
 def to_waiting(work: MigrationWork, detail: str) -> None:
-    """No destination now: the job waits in the queue (degraded); placement resumes it later."""
-    job = Job.objects.get(pk=work.migration.job_id)
+    """No destination now: the job waits in the queue (degraded); placement resumes it later. The job row is
+    locked before its placement is closed (the lock order of :func:`recover_from_replica`)."""
+    job = Job.objects.select_for_update().get(pk=work.migration.job_id)
     close_placement(job, "requeued")
     if job.state in (JobState.RUNNING, JobState.MIGRATING):
         job_lifecycle.requeue(job)
@@ -202,15 +203,24 @@ def to_waiting(work: MigrationWork, detail: str) -> None:
 
 def recover_from_replica(job: Job, source_pk: int, reclaim: ReclaimEvent | None, reason: str,
                          work: MigrationWork | None = None, campus: Campus | None = None,
-                         recovery: Recovery | None = None) -> MigrationWork:
+                         recovery: Recovery | None = None) -> MigrationWork | None:
     """Apply a degraded recovery (design §3 emergency), planned by ``portal.control.reclaim.plan.plan_recovery``.
 
+    0. Lock the job row before anything of its own (the lock order :func:`portal.core.services.jobs.cancel_job`
+       keeps: job, then placement; the other order deadlocks a cancel racing a kill-switch). A job that ended
+       meanwhile (cancelled while its node left) is not recovered: its active migration, if any, fails; None.
     1. Stop the job on the source (if still reachable), close its placement, move it to ``migrating``.
     2. Use ``recovery`` (a reclaim plan's) or plan one now: the freshest replica off the source, P2 from its
        holder with no notice.
     3. Record the migration (degraded, work lost since that replica) and the P2 decision.
     4. Destination = holder: start at once; other destination: copy first (EF); none: wait in the queue.
     """
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state in TERMINAL:
+        if work is not None and work.phase not in (MigrationPhase.DONE, MigrationPhase.FAILED):
+            migration_lifecycle.move(work, MigrationPhase.FAILED, detail=f"job {job.state} during recovery")
+            Migration.objects.filter(pk=work.migration_id).update(finished_at=timezone.now(), success=False)
+        return None
     now = timezone.now()
     commands.send(source_pk, "stop_job", job_id=job.pk, reason=reason)
     close_placement(job, reason[:32])
